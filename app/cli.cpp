@@ -1,0 +1,232 @@
+// syncopate-cli: runs experiments headless, lists presets, validates configs.
+#include "config.h"
+#include "session.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace syncopate;
+
+namespace {
+
+std::atomic<int> g_interrupts{0};
+
+void onInterrupt(int)
+{
+    if (g_interrupts.fetch_add(1) >= 1)
+        std::_Exit(130); // a second Ctrl-C means now
+}
+
+void printUsage(std::FILE *to)
+{
+    std::fputs(
+        "usage:\n"
+        "  syncopate-cli run [--preset NAME | --config FILE] [--set KEY=VALUE ...] [--out DIR]\n"
+        "  syncopate-cli presets            list the presets with their explanation\n"
+        "  syncopate-cli validate FILE      check a config (or preset) file\n"
+        "  syncopate-cli keys               list every config key, its default and meaning\n"
+        "\n"
+        "run writes config.json, trace.json, metrics.csv, summary.json and the parameters\n"
+        "(params-init/final.safetensors) into DIR (default: runs/<time>).\n"
+        "--set takes dotted keys (train.lr=0.05, workers_slowdown=[1,3,1,1]); the value is\n"
+        "JSON where it parses, else a string.\n",
+        to);
+}
+
+std::string defaultOutDir()
+{
+    char buf[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(buf, sizeof buf, "runs/%Y%m%d-%H%M%S", std::localtime(&now));
+    return buf;
+}
+
+void drawProgress(std::int64_t done, std::int64_t total, double elapsedS)
+{
+    const int width = 30;
+    const double f = total > 0 ? double(done) / double(total) : 0.0;
+    const int filled = int(f * width);
+    std::string bar(std::size_t(filled), '#');
+    bar.resize(width, '.');
+    const double remaining = done > 0 ? elapsedS * double(total - done) / double(done) : 0.0;
+    std::fprintf(stderr, "\r[%s] %3d%%  step %lld/%lld  %.1fs elapsed  %.1fs left  ", bar.c_str(),
+                 int(f * 100), (long long)done, (long long)total, elapsedS, remaining);
+    std::fflush(stderr);
+}
+
+void printSummary(const RunArtifacts &run, const std::string &dir)
+{
+    const auto &s = run.metrics.summary;
+    auto num = [&](const char *key) {
+        return s.contains(key) && s[key].is_number() ? s[key].get<double>() : 0.0;
+    };
+    std::printf("run       %s: %s, %d workers, batch %d per worker, %s\n", dir.c_str(),
+                run.config.mode.c_str(), run.config.workers, run.config.batch,
+                s.value("status", "").c_str());
+    std::printf("steps     %lld of %d in %.2f s, %.0f samples/s\n",
+                (long long)s.value("steps_completed", 0), run.config.steps, num("wall_s"),
+                num("samples_per_s"));
+    if (s.contains("final_loss") && s["final_loss"].is_number())
+        std::printf("loss      %.5f (mean over workers at the last step)\n", num("final_loss"));
+    std::printf("stalls    %.1f%% of worker time waiting;", 100.0 * num("stall_fraction"));
+    for (const auto &v : s["stall_ms_per_worker"])
+        std::printf(" %.0f", v.get<double>());
+    std::printf(" ms per worker\n");
+    if (run.config.async())
+        std::printf("staleness mean %.2f, max %lld\n", num("staleness_mean"),
+                    (long long)s.value("staleness_max", 0));
+    std::printf("memory    peak activations %.2f MiB per worker%s\n",
+                num("peak_activation_bytes") / 1048576.0,
+                run.config.checkpoint ? (", recompute " + std::to_string(int(num("recompute_ms"))) +
+                                         " ms in all")
+                                            .c_str()
+                                      : "");
+    if (s.contains("final_eval_loss")) {
+        std::printf("eval      loss %.5f", num("final_eval_loss"));
+        if (s.contains("final_eval_accuracy"))
+            std::printf(", accuracy %.2f%%", 100.0 * num("final_eval_accuracy"));
+        std::printf(" on held-out data\n");
+    }
+    if (s.contains("error"))
+        std::printf("error     %s\n", s["error"].get<std::string>().c_str());
+}
+
+int commandRun(const std::vector<std::string> &args)
+{
+    nlohmann::json flat = nlohmann::json::object();
+    std::string outDir;
+    std::vector<std::string> sets;
+    bool haveSource = false;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= args.size())
+                throw ConfigError(a + " needs a value", {});
+            return args[++i];
+        };
+        if (a == "--preset" || a == "--config") {
+            if (haveSource)
+                throw ConfigError("give --preset or --config once", {});
+            haveSource = true;
+            const nlohmann::json cfg =
+                a == "--preset" ? loadPreset(value()).config : readJsonFile(value());
+            flat = flattenConfig(cfg.contains("config") && cfg["config"].is_object()
+                                     ? cfg["config"]
+                                     : cfg);
+        } else if (a == "--set") {
+            sets.push_back(value());
+        } else if (a == "--out") {
+            outDir = value();
+        } else {
+            throw ConfigError("run: unknown argument \"" + a + "\"", {});
+        }
+    }
+    for (const auto &s : sets)
+        applyAssignment(flat, s);
+    PreparedRun prepared = prepareRun(flat);
+    if (outDir.empty())
+        outDir = defaultOutDir();
+
+    Engine engine(prepared.config, prepared.train, prepared.eval);
+    std::signal(SIGINT, onInterrupt);
+    std::signal(SIGTERM, onInterrupt);
+    const bool tty = isatty(STDERR_FILENO);
+    engine.start();
+    bool stopAsked = false;
+    while (!engine.waitFor(std::chrono::milliseconds(100))) {
+        if (g_interrupts.load() > 0 && !stopAsked) {
+            stopAsked = true;
+            std::fprintf(stderr, "\nstopping (Ctrl-C again to quit at once)...\n");
+            engine.requestStop();
+        }
+        if (tty)
+            drawProgress(engine.progress(), prepared.config.steps, double(engine.elapsedNs()) / 1e9);
+    }
+    if (tty) {
+        drawProgress(engine.progress(), prepared.config.steps, double(engine.elapsedNs()) / 1e9);
+        std::fputc('\n', stderr);
+    }
+    const RunArtifacts run = collectRun(engine);
+    writeRunDirectory(outDir, run);
+    printSummary(run, outDir);
+    switch (engine.state()) {
+    case RunState::Finished: return 0;
+    case RunState::Stopped: return 130;
+    default: return 1;
+    }
+}
+
+int commandPresets()
+{
+    for (const auto &p : listPresets()) {
+        std::printf("%s\n  %s\n", p.name.c_str(), p.title.c_str());
+        if (!p.description.empty())
+            std::printf("  %s\n", p.description.c_str());
+        std::printf("\n");
+    }
+    std::printf("(from %s)\n", presetDirectory().c_str());
+    return 0;
+}
+
+int commandValidate(const std::vector<std::string> &args)
+{
+    if (args.size() != 1)
+        throw ConfigError("validate takes one file", {});
+    nlohmann::json j = readJsonFile(args[0]);
+    if (j.contains("config") && j["config"].is_object())
+        j = j["config"];
+    PreparedRun run = prepareRun(j);
+    std::printf("%s: valid\n%s\n", args[0].c_str(), run.config.toJson().dump(2).c_str());
+    return 0;
+}
+
+int commandKeys()
+{
+    for (const auto &k : configKeys())
+        std::printf("%-22s default %-8s %s\n", k.name, k.defaultJson, k.help);
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+        printUsage(args.empty() ? stderr : stdout);
+        return args.empty() ? 2 : 0;
+    }
+    const std::string command = args[0];
+    args.erase(args.begin());
+    try {
+        if (command == "run")
+            return commandRun(args);
+        if (command == "presets")
+            return commandPresets();
+        if (command == "validate")
+            return commandValidate(args);
+        if (command == "keys")
+            return commandKeys();
+        std::fprintf(stderr, "syncopate-cli: unknown command \"%s\"\n\n", command.c_str());
+        printUsage(stderr);
+        return 2;
+    } catch (const ConfigError &e) {
+        std::fprintf(stderr, "syncopate-cli: configuration error:\n%s\n", e.what());
+        return 2;
+    } catch (const DataError &e) {
+        std::fprintf(stderr, "syncopate-cli: data error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "syncopate-cli: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,464 @@
+#include "config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace syncopate {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string typeDescription(const ConfigKey &k)
+{
+    switch (k.type) {
+    case KeyType::Int: return "an integer";
+    case KeyType::Number: return "a number";
+    case KeyType::Bool: return "true or false";
+    case KeyType::String: return "a string";
+    case KeyType::Enum: {
+        std::string s = "one of ";
+        for (std::size_t i = 0; i < k.allowed.size(); ++i)
+            s += (i ? ", " : "") + std::string(k.allowed[i]);
+        return s;
+    }
+    case KeyType::IntArray: return "an array of integers";
+    case KeyType::NumberArray: return "an array of numbers";
+    }
+    return "?";
+}
+
+std::string formatNumber(double v)
+{
+    std::ostringstream s;
+    s << v;
+    return s.str();
+}
+
+std::string rangeDescription(const ConfigKey &k)
+{
+    if (k.min > -kInf && k.max < kInf)
+        return "between " + formatNumber(k.min) + " and " + formatNumber(k.max);
+    if (k.min > -kInf)
+        return "at least " + formatNumber(k.min);
+    if (k.max < kInf)
+        return "at most " + formatNumber(k.max);
+    return {};
+}
+
+std::size_t editDistance(const std::string &a, const std::string &b)
+{
+    std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j)
+        prev[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1,
+                               prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+class Errors {
+public:
+    void add(const std::string &key, const std::string &message)
+    {
+        m_messages.push_back(message);
+        if (std::find(m_fields.begin(), m_fields.end(), key) == m_fields.end())
+            m_fields.push_back(key);
+    }
+    bool empty() const { return m_messages.empty(); }
+    [[noreturn]] void raise() const
+    {
+        std::string all;
+        for (const auto &m : m_messages)
+            all += (all.empty() ? "" : "\n") + m;
+        throw ConfigError(all, m_fields);
+    }
+
+private:
+    std::vector<std::string> m_messages;
+    std::vector<std::string> m_fields;
+};
+
+// Checks one value against its key; on success returns true.
+bool checkValue(const ConfigKey &k, const nlohmann::json &v, Errors &errors)
+{
+    const std::string name = k.name;
+    auto fail = [&](const std::string &why) {
+        errors.add(name, name + " = " + v.dump() + ": " + why);
+        return false;
+    };
+    auto inRange = [&](double x) {
+        if (!std::isfinite(x) || x < k.min || x > k.max)
+            return fail("expected " + typeDescription(k) + " " + rangeDescription(k));
+        return true;
+    };
+    const bool nullable = std::string_view(k.defaultJson) == "null";
+    if (v.is_null()) {
+        if (nullable)
+            return true;
+        return fail("expected " + typeDescription(k));
+    }
+    switch (k.type) {
+    case KeyType::Int:
+        if (!v.is_number_integer() &&
+            !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+            return fail("expected an integer " + rangeDescription(k));
+        return inRange(v.get<double>());
+    case KeyType::Number:
+        if (!v.is_number())
+            return fail("expected a number " + rangeDescription(k));
+        return inRange(v.get<double>());
+    case KeyType::Bool:
+        if (!v.is_boolean())
+            return fail("expected true or false");
+        return true;
+    case KeyType::String:
+        if (!v.is_string())
+            return fail("expected a string");
+        return true;
+    case KeyType::Enum: {
+        if (!v.is_string())
+            return fail("expected " + typeDescription(k));
+        const auto s = v.get<std::string>();
+        std::vector<std::string> allowed(k.allowed.begin(), k.allowed.end());
+        if (std::find(allowed.begin(), allowed.end(), s) != allowed.end())
+            return true;
+        const auto guess = closestMatch(s, allowed);
+        return fail("expected " + typeDescription(k) +
+                    (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)"));
+    }
+    case KeyType::IntArray:
+    case KeyType::NumberArray: {
+        if (!v.is_array())
+            return fail("expected " + typeDescription(k));
+        for (const auto &e : v) {
+            const bool ok = k.type == KeyType::IntArray
+                                ? (e.is_number_integer() ||
+                                   (e.is_number_float() &&
+                                    std::floor(e.get<double>()) == e.get<double>()))
+                                : e.is_number();
+            if (!ok)
+                return fail("expected " + typeDescription(k) + ", found " + e.dump());
+            const double x = e.get<double>();
+            if (!std::isfinite(x) || x < k.min || x > k.max)
+                return fail("every element must be " + rangeDescription(k) + ", found " + e.dump());
+        }
+        return true;
+    }
+    }
+    return true;
+}
+
+std::vector<std::string> keyNames()
+{
+    std::vector<std::string> names;
+    for (const auto &k : configKeys())
+        names.emplace_back(k.name);
+    return names;
+}
+
+void flattenInto(const nlohmann::json &node, const std::string &prefix, nlohmann::json &out)
+{
+    for (auto it = node.begin(); it != node.end(); ++it) {
+        const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+        // Descend only into sections; an object given for a leaf key is reported as a bad value.
+        if (it->is_object() && !findConfigKey(key))
+            flattenInto(*it, key, out);
+        else
+            out[key] = *it;
+    }
+}
+
+std::vector<int> defaultLayers(const std::string &source)
+{
+    if (source == "spirals")
+        return {2, 64, 64, 3};
+    if (source == "teacher")
+        return {16, 128, 128, 4};
+    if (source == "idx" || source == "fashion-mnist")
+        return {784, 256, 10};
+    return {32, 256, 256, 10};
+}
+
+double defaultLr(const std::string &optimizer)
+{
+    if (optimizer == "adam")
+        return 1e-3; // torch.optim.Adam's default
+    if (optimizer == "momentum")
+        return 0.05;
+    return 0.1;
+}
+
+} // namespace
+
+const std::vector<ConfigKey> &configKeys()
+{
+    static const std::vector<ConfigKey> keys = {
+        {"mode", KeyType::Enum, "\"sync\"", -kInf, kInf, {"sync", "async", "checkpointed"},
+         "How workers combine gradients. sync: every step waits at a barrier and averages all "
+         "gradients. async: workers push to a parameter server without waiting, so gradients "
+         "can be stale. checkpointed: sync with gradient checkpointing."},
+        {"workers", KeyType::Int, "4", 1, 256, {},
+         "Number of workers, each a thread with its own model replica."},
+        {"device", KeyType::String, "\"cpu\"", -kInf, kInf, {},
+         "Where workers compute: cpu (OpenBLAS and oneTBB)."},
+        {"model.layers", KeyType::IntArray, "null", 1, 65536, {},
+         "Layer widths of the MLP, input first, output last. Left out: a size that suits the "
+         "data source."},
+        {"model.activation", KeyType::Enum, "\"relu\"", -kInf, kInf, {"relu", "tanh", "gelu"},
+         "Activation of the hidden layers."},
+        {"model.checkpoint", KeyType::Bool, "false", -kInf, kInf, {},
+         "Gradient checkpointing: keep activations only at segment boundaries and recompute "
+         "each segment during the backward pass (less memory, more compute)."},
+        {"model.checkpoint_every", KeyType::Int, "0", 0, 65536, {},
+         "Layers per checkpointed segment; 0 picks ceil(sqrt(number of layers))."},
+        {"data.source", KeyType::Enum, "\"blobs\"", -kInf, kInf,
+         {"blobs", "spirals", "teacher", "idx", "fashion-mnist"},
+         "blobs: Gaussian clusters; spirals: interleaved 2-D spirals; teacher: regression on a "
+         "random teacher network; idx: MNIST-format files (data.images, data.labels); "
+         "fashion-mnist: Debian's dataset-fashion-mnist package."},
+        {"data.images", KeyType::String, "\"\"", -kInf, kInf, {},
+         "IDX image file (raw or .gz) for data.source=idx."},
+        {"data.labels", KeyType::String, "\"\"", -kInf, kInf, {},
+         "IDX label file (raw or .gz) for data.source=idx."},
+        {"data.samples", KeyType::Int, "0", 0, 1e9, {},
+         "Training samples: how many to generate, or the first N of a file; 0 = 8192 generated "
+         "or the whole file."},
+        {"data.shuffle", KeyType::Bool, "true", -kInf, kInf, {},
+         "Visit the samples in a new seeded order each epoch; off: file order, wrapping at the "
+         "end."},
+        {"data.prefetch", KeyType::Bool, "true", -kInf, kInf, {},
+         "Assemble the next batch in the background while the current one computes."},
+        {"train.steps", KeyType::Int, "300", 1, 1e8, {},
+         "Optimizer steps (in async mode: updates applied by the server)."},
+        {"train.batch", KeyType::Int, "32", 1, 1e6, {}, "Samples per worker per step."},
+        {"train.optimizer", KeyType::Enum, "\"sgd\"", -kInf, kInf, {"sgd", "momentum", "adam"},
+         "Update rule, as torch.optim defines it."},
+        {"train.lr", KeyType::Number, "null", 1e-12, 1e6, {},
+         "Learning rate; left out: 0.1 for sgd, 0.05 for momentum, 0.001 for adam."},
+        {"train.momentum", KeyType::Number, "0.9", 0, 0.999999, {},
+         "Momentum factor of the momentum optimizer."},
+        {"train.seed", KeyType::Int, "1", 0, 9.007199254740991e15, {},
+         "Seed of data generation, shuffling, initial parameters and jitter."},
+        {"async.max_staleness", KeyType::Int, "-1", -1, 1e6, {},
+         "Stale-synchronous bound s: no worker starts a step more than s steps ahead of the "
+         "slowest; -1 = unbounded, 0 = every worker waits for all others."},
+        {"async.staleness_lr", KeyType::Bool, "false", -kInf, kInf, {},
+         "Scale each update's learning rate by 1 / max(1, staleness)."},
+        {"workers_slowdown", KeyType::NumberArray, "[]", 1, 1000, {},
+         "One factor per worker (1 = normal, 3 = three times slower), realised as a visible "
+         "delay after compute; empty = all 1."},
+        {"jitter", KeyType::Number, "0", 0, 100, {},
+         "Random extra delay per step, as a fraction of the step's compute time (seeded)."},
+        {"eval.every", KeyType::Int, "0", 0, 1e8, {},
+         "Evaluate on held-out data every N steps (0 = only at the end when eval.samples > 0)."},
+        {"eval.samples", KeyType::Int, "1000", 0, 1e7, {},
+         "Held-out samples per evaluation (0 = no evaluation)."},
+        {"eval.images", KeyType::String, "\"\"", -kInf, kInf, {},
+         "IDX image file of held-out data for data.source=idx (default: none)."},
+        {"eval.labels", KeyType::String, "\"\"", -kInf, kInf, {},
+         "IDX label file of held-out data for data.source=idx."},
+    };
+    return keys;
+}
+
+const ConfigKey *findConfigKey(const std::string &name)
+{
+    for (const auto &k : configKeys())
+        if (name == k.name)
+            return &k;
+    return nullptr;
+}
+
+std::string closestMatch(const std::string &word, const std::vector<std::string> &candidates)
+{
+    std::string best;
+    std::size_t bestDistance = std::numeric_limits<std::size_t>::max();
+    for (const auto &c : candidates) {
+        std::size_t d = editDistance(word, c);
+        // A key written without its section ("lr" for "train.lr") is a near miss too.
+        const auto dot = c.rfind('.');
+        if (dot != std::string::npos)
+            d = std::min(d, editDistance(word, c.substr(dot + 1)) + 1);
+        if (d < bestDistance) {
+            bestDistance = d;
+            best = c;
+        }
+    }
+    const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+    return bestDistance <= limit ? best : std::string();
+}
+
+nlohmann::json flattenConfig(const nlohmann::json &input)
+{
+    nlohmann::json out = nlohmann::json::object();
+    if (!input.is_object())
+        throw ConfigError("the configuration must be a JSON object, found " +
+                              std::string(input.type_name()),
+                          {});
+    flattenInto(input, "", out);
+    return out;
+}
+
+void applyAssignment(nlohmann::json &flat, const std::string &assignment)
+{
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw ConfigError("--set \"" + assignment + "\": expected KEY=VALUE, e.g. train.lr=0.05",
+                          {});
+    const std::string key = assignment.substr(0, eq);
+    const std::string text = assignment.substr(eq + 1);
+    nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+    if (value.is_discarded())
+        value = text;
+    flat[key] = value;
+}
+
+nlohmann::json readJsonFile(const std::string &path)
+{
+    std::ifstream in(path);
+    if (!in)
+        throw ConfigError(path + ": cannot open the file", {});
+    try {
+        return nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    } catch (const nlohmann::json::parse_error &e) {
+        throw ConfigError(path + ": not valid JSON (" + e.what() + ")", {});
+    }
+}
+
+RunConfig parseConfig(const nlohmann::json &input)
+{
+    const nlohmann::json flat = flattenConfig(input);
+    Errors errors;
+    nlohmann::json v = nlohmann::json::object();
+    for (const auto &k : configKeys())
+        v[k.name] = nlohmann::json::parse(k.defaultJson);
+
+    const auto names = keyNames();
+    for (auto it = flat.begin(); it != flat.end(); ++it) {
+        const ConfigKey *key = findConfigKey(it.key());
+        if (!key) {
+            const auto guess = closestMatch(it.key(), names);
+            errors.add(it.key(), "unknown key \"" + it.key() + "\"" +
+                                     (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)"));
+            continue;
+        }
+        if (checkValue(*key, *it, errors) && !it->is_null())
+            v[it.key()] = *it;
+    }
+    if (!errors.empty())
+        errors.raise();
+
+    RunConfig c;
+    c.mode = v["mode"];
+    c.workers = v["workers"];
+    c.device = v["device"];
+    c.activation = v["model.activation"];
+    c.checkpoint = v["model.checkpoint"].get<bool>() || c.mode == "checkpointed";
+    c.checkpointEvery = v["model.checkpoint_every"];
+    c.source = v["data.source"];
+    c.images = v["data.images"];
+    c.labels = v["data.labels"];
+    c.samples = v["data.samples"];
+    c.shuffle = v["data.shuffle"];
+    c.prefetch = v["data.prefetch"];
+    c.steps = v["train.steps"];
+    c.batch = v["train.batch"];
+    c.optimizer = v["train.optimizer"];
+    c.lr = v["train.lr"].is_null() ? defaultLr(c.optimizer) : v["train.lr"].get<double>();
+    c.momentum = v["train.momentum"];
+    c.seed = v["train.seed"].get<std::uint64_t>();
+    c.maxStaleness = v["async.max_staleness"];
+    c.stalenessLr = v["async.staleness_lr"];
+    c.slowdown = v["workers_slowdown"].get<std::vector<double>>();
+    c.jitter = v["jitter"];
+    c.evalEvery = v["eval.every"];
+    c.evalSamples = v["eval.samples"];
+    const std::string evalImages = v["eval.images"], evalLabels = v["eval.labels"];
+
+    const bool layersGiven = !v["model.layers"].is_null();
+    c.layers = layersGiven ? v["model.layers"].get<std::vector<int>>() : defaultLayers(c.source);
+
+    // Checks that involve more than one key.
+    if (c.device != "cpu")
+        errors.add("device", "device = \"" + c.device +
+                                 "\": this build computes on the CPU only (expected \"cpu\")");
+    if (c.layers.size() < 2)
+        errors.add("model.layers", "model.layers = " + v["model.layers"].dump() +
+                                       ": expected at least two widths (input and output)");
+    if (!c.slowdown.empty() && int(c.slowdown.size()) != c.workers)
+        errors.add("workers_slowdown",
+                   "workers_slowdown = " + v["workers_slowdown"].dump() + ": expected " +
+                       std::to_string(c.workers) + " factors (one per worker) or an empty array");
+    if (c.source == "idx") {
+        if (c.images.empty())
+            errors.add("data.images", "data.images = \"\": data.source=idx needs an IDX image file");
+        if (c.labels.empty())
+            errors.add("data.labels", "data.labels = \"\": data.source=idx needs an IDX label file");
+    }
+    if (evalImages.empty() != evalLabels.empty())
+        errors.add(evalImages.empty() ? "eval.images" : "eval.labels",
+                   "eval.images and eval.labels go together: give both or neither");
+    if (c.layers.size() >= 2 && layersGiven) {
+        const int in = c.layers.front(), out = c.layers.back();
+        auto needs = [&](bool ok, const std::string &what) {
+            if (!ok)
+                errors.add("model.layers", "model.layers = " + v["model.layers"].dump() +
+                                               ": data.source=" + c.source + " needs " + what);
+        };
+        if (c.source == "fashion-mnist") {
+            needs(in == 784, "784 inputs (28x28 images)");
+            needs(out == 10, "10 outputs (classes)");
+        } else if (c.source == "spirals") {
+            needs(in == 2, "2 inputs (points in the plane)");
+            needs(out >= 2, "at least 2 outputs (one per spiral arm)");
+        } else if (c.source == "blobs") {
+            needs(out >= 2, "at least 2 outputs (one per cluster)");
+        }
+    }
+    if (!errors.empty())
+        errors.raise();
+
+    const int linearLayers = int(c.layers.size()) - 1;
+    if (c.checkpoint && c.checkpointEvery == 0)
+        c.checkpointEvery = std::max(1, int(std::ceil(std::sqrt(double(linearLayers)))));
+    if (c.slowdown.empty())
+        c.slowdown.assign(c.workers, 1.0);
+    if (c.samples == 0 && c.source != "idx" && c.source != "fashion-mnist")
+        c.samples = 8192;
+    c.evalImagesPath = evalImages;
+    c.evalLabelsPath = evalLabels;
+    return c;
+}
+
+nlohmann::json RunConfig::toJson() const
+{
+    nlohmann::json j;
+    j["mode"] = mode;
+    j["workers"] = workers;
+    j["device"] = device;
+    j["model"] = {{"layers", layers},
+                  {"activation", activation},
+                  {"checkpoint", checkpoint},
+                  {"checkpoint_every", checkpointEvery}};
+    j["data"] = {{"source", source},     {"images", images},   {"labels", labels},
+                 {"samples", samples},   {"shuffle", shuffle}, {"prefetch", prefetch}};
+    j["train"] = {{"steps", steps}, {"batch", batch},       {"optimizer", optimizer},
+                  {"lr", lr},       {"momentum", momentum}, {"seed", seed}};
+    j["async"] = {{"max_staleness", maxStaleness}, {"staleness_lr", stalenessLr}};
+    j["workers_slowdown"] = slowdown;
+    j["jitter"] = jitter;
+    j["eval"] = {{"every", evalEvery},
+                 {"samples", evalSamples},
+                 {"images", evalImagesPath},
+                 {"labels", evalLabelsPath}};
+    return j;
+}
+
+} // namespace syncopate

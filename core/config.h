@@ -1,0 +1,101 @@
+// A run's configuration: one table of keys (type, default, allowed values, meaning) drives
+// parsing, validation, the resolved config.json, the CLI's --set and the GUI's tooltips.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+// Every message names the key, the bad value and what is allowed; several errors are joined
+// by newlines, and fields() lists the keys at fault (the GUI marks them).
+class ConfigError : public std::runtime_error {
+public:
+    ConfigError(const std::string &message, std::vector<std::string> fields)
+        : std::runtime_error(message), m_fields(std::move(fields)) {}
+    const std::vector<std::string> &fields() const { return m_fields; }
+
+private:
+    std::vector<std::string> m_fields;
+};
+
+enum class KeyType { Int, Number, Bool, String, Enum, IntArray, NumberArray };
+
+struct ConfigKey {
+    const char *name;       // dotted, e.g. "train.lr"
+    KeyType type;
+    const char *defaultJson; // "null" where the default depends on other keys
+    double min;
+    double max;
+    std::vector<const char *> allowed; // for Enum
+    const char *help;        // one or two sentences, shown as tooltips and in --help
+};
+
+const std::vector<ConfigKey> &configKeys();
+const ConfigKey *findConfigKey(const std::string &name);
+
+struct RunConfig {
+    std::string mode = "sync"; // sync | async | checkpointed
+    int workers = 4;
+    std::string device = "cpu";
+
+    std::vector<int> layers; // widths, input first
+    std::string activation = "relu";
+    bool checkpoint = false;
+    int checkpointEvery = 0; // resolved: >= 1 when checkpoint is on
+
+    std::string source = "blobs";
+    std::string images;
+    std::string labels;
+    std::int64_t samples = 0; // resolved: > 0
+    bool shuffle = true;
+    bool prefetch = true;
+
+    int steps = 300;
+    int batch = 32;
+    std::string optimizer = "sgd";
+    double lr = 0.1;
+    double momentum = 0.9;
+    std::uint64_t seed = 1;
+
+    int maxStaleness = -1;
+    bool stalenessLr = false;
+
+    std::vector<double> slowdown; // resolved: one per worker
+    double jitter = 0.0;
+
+    int evalEvery = 0;
+    int evalSamples = 1000;
+    std::string evalImagesPath;
+    std::string evalLabelsPath;
+
+    bool async() const { return mode == "async"; }
+    bool classification() const { return source != "teacher"; }
+    int inputWidth() const { return layers.front(); }
+    int outputWidth() const { return layers.back(); }
+
+    // Every key with its resolved value, nested by section (what config.json holds).
+    nlohmann::json toJson() const;
+};
+
+// Dotted or nested keys in, a validated and resolved RunConfig out. Throws ConfigError.
+RunConfig parseConfig(const nlohmann::json &input);
+
+// Applies "key=value" (value parsed as JSON when it parses, else taken as a string) to a
+// flat map of dotted keys. Throws ConfigError for a malformed assignment.
+void applyAssignment(nlohmann::json &flat, const std::string &assignment);
+
+// Nested objects to dotted keys: {"train":{"lr":1}} -> {"train.lr":1}.
+nlohmann::json flattenConfig(const nlohmann::json &input);
+
+// Reads a JSON file (ConfigError naming the file and the line on a syntax error).
+nlohmann::json readJsonFile(const std::string &path);
+
+// The closest of candidates to word, or "" when none is close.
+std::string closestMatch(const std::string &word, const std::vector<std::string> &candidates);
+
+} // namespace syncopate

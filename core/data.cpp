@@ -1,0 +1,346 @@
+#include "data.h"
+
+#include "random.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+namespace syncopate {
+namespace {
+
+// Reads through zlib, which passes uncompressed files through unchanged.
+class ByteReader {
+public:
+    explicit ByteReader(const std::string &path) : m_path(path)
+    {
+        if (!std::filesystem::exists(path))
+            throw DataError(path + ": file not found");
+        m_file = gzopen(path.c_str(), "rb");
+        if (!m_file)
+            throw DataError(path + ": cannot open the file");
+        gzbuffer(m_file, 1 << 18);
+    }
+    ~ByteReader() { gzclose(m_file); }
+    ByteReader(const ByteReader &) = delete;
+    ByteReader &operator=(const ByteReader &) = delete;
+
+    // Reads exactly n bytes or throws, saying where the data ended.
+    void read(void *dst, std::size_t n, const char *what)
+    {
+        auto *out = static_cast<unsigned char *>(dst);
+        std::size_t got = 0;
+        while (got < n) {
+            const unsigned chunk = unsigned(std::min<std::size_t>(n - got, 1u << 30));
+            const int r = gzread(m_file, out + got, chunk);
+            if (r < 0) {
+                int code = 0;
+                const char *msg = gzerror(m_file, &code);
+                throw DataError(m_path + ": corrupt compressed data after byte " +
+                                std::to_string(m_offset + got) + " (" + msg + ")");
+            }
+            if (r == 0)
+                throw DataError(m_path + ": truncated at byte " + std::to_string(m_offset + got) +
+                                " while reading " + what + " (" + std::to_string(n - got) +
+                                " more bytes expected)");
+            got += std::size_t(r);
+        }
+        m_offset += n;
+    }
+    std::uint32_t readBigEndian32(const char *what)
+    {
+        unsigned char b[4];
+        read(b, 4, what);
+        return (std::uint32_t(b[0]) << 24) | (std::uint32_t(b[1]) << 16) |
+               (std::uint32_t(b[2]) << 8) | b[3];
+    }
+    std::uint64_t offset() const { return m_offset; }
+    const std::string &path() const { return m_path; }
+
+private:
+    std::string m_path;
+    gzFile m_file = nullptr;
+    std::uint64_t m_offset = 0;
+};
+
+std::string hex32(std::uint32_t v)
+{
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%08x", v);
+    return buf;
+}
+
+std::shared_ptr<Dataset> makeBlobs(int features, int classes, std::int64_t n, std::uint64_t seed,
+                                   std::uint64_t stream)
+{
+    auto d = std::make_shared<Dataset>();
+    d->name = "blobs";
+    d->features = features;
+    d->outputs = classes;
+    d->samples = n;
+    // The cluster centres depend on the seed only, so held-out draws share them.
+    Rng centreRng(seed, 1);
+    std::vector<float> centres(std::size_t(classes) * features);
+    for (auto &c : centres)
+        c = float(centreRng.normal() * 1.5);
+    Rng rng(seed, stream);
+    d->x.resize(std::size_t(n) * features);
+    d->labels.resize(std::size_t(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+        const int label = int(rng.below(std::uint64_t(classes)));
+        d->labels[std::size_t(i)] = label;
+        for (int f = 0; f < features; ++f)
+            d->x[std::size_t(i) * features + f] =
+                centres[std::size_t(label) * features + f] + float(rng.normal() * 2.0);
+    }
+    return d;
+}
+
+std::shared_ptr<Dataset> makeSpirals(int classes, std::int64_t n, std::uint64_t seed,
+                                     std::uint64_t stream)
+{
+    auto d = std::make_shared<Dataset>();
+    d->name = "spirals";
+    d->features = 2;
+    d->outputs = classes;
+    d->samples = n;
+    Rng rng(seed, stream);
+    d->x.resize(std::size_t(n) * 2);
+    d->labels.resize(std::size_t(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+        const int label = int(rng.below(std::uint64_t(classes)));
+        const double t = rng.uniform();
+        const double angle = label * 2.0 * M_PI / classes + t * 4.0 + rng.normal() * 0.2;
+        d->labels[std::size_t(i)] = label;
+        d->x[std::size_t(i) * 2] = float(t * std::cos(angle));
+        d->x[std::size_t(i) * 2 + 1] = float(t * std::sin(angle));
+    }
+    return d;
+}
+
+std::shared_ptr<Dataset> makeTeacher(int features, int outputs, std::int64_t n, std::uint64_t seed,
+                                     std::uint64_t stream)
+{
+    auto d = std::make_shared<Dataset>();
+    d->name = "teacher";
+    d->features = features;
+    d->outputs = outputs;
+    d->classification = false;
+    d->samples = n;
+    // A fixed random teacher: features -> 32 tanh -> outputs.
+    constexpr int hidden = 32;
+    Rng teacherRng(seed, 2);
+    std::vector<double> w1(std::size_t(hidden) * features), w2(std::size_t(outputs) * hidden);
+    for (auto &w : w1)
+        w = teacherRng.normal() / std::sqrt(double(features));
+    for (auto &w : w2)
+        w = teacherRng.normal() / std::sqrt(double(hidden));
+    Rng rng(seed, stream);
+    d->x.resize(std::size_t(n) * features);
+    d->y.resize(std::size_t(n) * outputs);
+    std::vector<double> h(hidden);
+    for (std::int64_t i = 0; i < n; ++i) {
+        float *x = &d->x[std::size_t(i) * features];
+        for (int f = 0; f < features; ++f)
+            x[f] = float(rng.normal());
+        for (int j = 0; j < hidden; ++j) {
+            double s = 0;
+            for (int f = 0; f < features; ++f)
+                s += w1[std::size_t(j) * features + f] * x[f];
+            h[j] = std::tanh(s);
+        }
+        for (int o = 0; o < outputs; ++o) {
+            double s = 0;
+            for (int j = 0; j < hidden; ++j)
+                s += w2[std::size_t(o) * hidden + j] * h[j];
+            d->y[std::size_t(i) * outputs + o] = float(s + rng.normal() * 0.01);
+        }
+    }
+    return d;
+}
+
+void checkFitsModel(const Dataset &d, const RunConfig &c)
+{
+    if (d.features != c.inputWidth())
+        throw ConfigError("model.layers = " + nlohmann::json(c.layers).dump() + ": the data (" +
+                              d.name + ") has " + std::to_string(d.features) +
+                              " features per sample, so the first width must be " +
+                              std::to_string(d.features),
+                          {"model.layers"});
+    if (d.classification) {
+        std::int32_t maxLabel = 0;
+        for (auto l : d.labels)
+            maxLabel = std::max(maxLabel, l);
+        if (maxLabel >= c.outputWidth())
+            throw ConfigError("model.layers = " + nlohmann::json(c.layers).dump() + ": the data (" +
+                                  d.name + ") has labels up to " + std::to_string(maxLabel) +
+                                  ", so the last width must be at least " +
+                                  std::to_string(maxLabel + 1),
+                              {"model.layers"});
+    }
+}
+
+} // namespace
+
+IdxArray readIdx(const std::string &path, std::int64_t maxItems)
+{
+    ByteReader in(path);
+    const std::uint32_t magic = in.readBigEndian32("the magic number");
+    const std::uint32_t type = (magic >> 8) & 0xff;
+    const std::uint32_t rank = magic & 0xff;
+    if ((magic >> 16) != 0 || rank == 0 || rank > 4)
+        throw DataError(path + ": bad magic number " + hex32(magic) +
+                        " at byte 0 (an IDX file starts with 0x0000TTNN: type TT, NN dimensions)");
+    if (type != 0x08)
+        throw DataError(path + ": data type " + hex32(type) +
+                        " at byte 2 is not supported (expected 0x08, unsigned bytes)");
+    IdxArray a;
+    std::int64_t total = 1;
+    for (std::uint32_t i = 0; i < rank; ++i) {
+        const std::uint64_t at = in.offset();
+        const std::uint32_t n = in.readBigEndian32("a dimension");
+        if (n == 0 || n > (1u << 30))
+            throw DataError(path + ": dimension " + std::to_string(i) + " at byte " +
+                            std::to_string(at) + " is " + std::to_string(n) +
+                            " (expected 1 to 2^30)");
+        a.dims.push_back(n);
+        total *= n;
+        if (total > (std::int64_t(1) << 34))
+            throw DataError(path + ": the dimensions describe more than 16 GiB of data");
+    }
+    if (maxItems > 0 && maxItems < a.dims[0]) {
+        total = total / a.dims[0] * maxItems;
+        a.dims[0] = maxItems;
+    }
+    a.data.resize(std::size_t(total));
+    in.read(a.data.data(), a.data.size(), "the data the header describes");
+    return a;
+}
+
+Dataset loadIdxDataset(const std::string &imagesPath, const std::string &labelsPath,
+                       std::int64_t maxSamples)
+{
+    IdxArray images = readIdx(imagesPath, maxSamples);
+    IdxArray labels = readIdx(labelsPath, maxSamples);
+    if (labels.dims.size() != 1)
+        throw DataError(labelsPath + ": a label file has one dimension, this one has " +
+                        std::to_string(labels.dims.size()));
+    if (images.dims.size() < 2)
+        throw DataError(imagesPath + ": an image file has at least two dimensions (count and "
+                                     "size), this one has " +
+                        std::to_string(images.dims.size()));
+    if (images.dims[0] != labels.dims[0])
+        throw DataError(labelsPath + ": " + std::to_string(labels.dims[0]) +
+                        " labels, but " + imagesPath + " holds " +
+                        std::to_string(images.dims[0]) + " images");
+    Dataset d;
+    d.name = std::filesystem::path(imagesPath).filename().string();
+    d.samples = images.dims[0];
+    d.features = int(images.data.size() / std::size_t(d.samples));
+    d.x.resize(images.data.size());
+    for (std::size_t i = 0; i < images.data.size(); ++i)
+        d.x[i] = float(images.data[i]) / 255.0f;
+    d.labels.assign(labels.data.begin(), labels.data.end());
+    int maxLabel = 0;
+    for (auto l : d.labels)
+        maxLabel = std::max(maxLabel, int(l));
+    d.outputs = maxLabel + 1;
+    return d;
+}
+
+std::string fashionMnistDirectory() { return "/usr/share/datasets/fashion-mnist"; }
+
+namespace {
+
+std::shared_ptr<Dataset> loadFashion(const std::string &prefix, std::int64_t maxSamples)
+{
+    const std::string dir = fashionMnistDirectory();
+    const std::string images = dir + "/" + prefix + "-images-idx3-ubyte.gz";
+    const std::string labels = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+    if (!std::filesystem::exists(images) || !std::filesystem::exists(labels))
+        throw DataError("data.source=fashion-mnist: " + images +
+                        " is missing; install it with: apt-get install dataset-fashion-mnist");
+    auto d = std::make_shared<Dataset>(loadIdxDataset(images, labels, maxSamples));
+    d->name = "fashion-mnist/" + prefix;
+    d->outputs = 10;
+    return d;
+}
+
+} // namespace
+
+std::shared_ptr<const Dataset> loadTrainingData(const RunConfig &c)
+{
+    std::shared_ptr<Dataset> d;
+    if (c.source == "blobs")
+        d = makeBlobs(c.inputWidth(), c.outputWidth(), c.samples, c.seed, 10);
+    else if (c.source == "spirals")
+        d = makeSpirals(c.outputWidth(), c.samples, c.seed, 10);
+    else if (c.source == "teacher")
+        d = makeTeacher(c.inputWidth(), c.outputWidth(), c.samples, c.seed, 10);
+    else if (c.source == "fashion-mnist")
+        d = loadFashion("train", c.samples);
+    else
+        d = std::make_shared<Dataset>(loadIdxDataset(c.images, c.labels, c.samples));
+    checkFitsModel(*d, c);
+    return d;
+}
+
+std::shared_ptr<const Dataset> loadEvalData(const RunConfig &c)
+{
+    if (c.evalSamples <= 0)
+        return nullptr;
+    std::shared_ptr<Dataset> d;
+    if (c.source == "blobs")
+        d = makeBlobs(c.inputWidth(), c.outputWidth(), c.evalSamples, c.seed, 20);
+    else if (c.source == "spirals")
+        d = makeSpirals(c.outputWidth(), c.evalSamples, c.seed, 20);
+    else if (c.source == "teacher")
+        d = makeTeacher(c.inputWidth(), c.outputWidth(), c.evalSamples, c.seed, 20);
+    else if (c.source == "fashion-mnist")
+        d = loadFashion("t10k", c.evalSamples);
+    else if (!c.evalImagesPath.empty())
+        d = std::make_shared<Dataset>(
+            loadIdxDataset(c.evalImagesPath, c.evalLabelsPath, c.evalSamples));
+    else
+        return nullptr;
+    checkFitsModel(*d, c);
+    return d;
+}
+
+BatchSampler::BatchSampler(std::int64_t samples, int workers, int batch, bool shuffle,
+                           std::uint64_t seed)
+    : m_samples(samples), m_workers(workers), m_batch(batch), m_shuffle(shuffle), m_seed(seed)
+{
+}
+
+std::int64_t BatchSampler::sampleIndex(std::int64_t step, int worker, int row) const
+{
+    const std::int64_t position =
+        (step * m_workers + worker) * std::int64_t(m_batch) + row;
+    const std::int64_t epoch = position / m_samples;
+    const std::int64_t within = position % m_samples;
+    if (!m_shuffle)
+        return within;
+    const IndexPermutation perm(std::uint64_t(m_samples),
+                                splitmix64(m_seed * 0x100000001b3ull + std::uint64_t(epoch)));
+    return std::int64_t(perm(std::uint64_t(within)));
+}
+
+void gatherBatch(const Dataset &data, const BatchSampler &sampler, std::int64_t step, int worker,
+                 int rows, float *x, std::int32_t *labels, float *y)
+{
+    const std::size_t f = std::size_t(data.features);
+    const std::size_t o = std::size_t(data.outputs);
+    for (int r = 0; r < rows; ++r) {
+        const std::size_t i = std::size_t(sampler.sampleIndex(step, worker, r));
+        std::memcpy(x + r * f, data.x.data() + i * f, f * sizeof(float));
+        if (data.classification)
+            labels[r] = data.labels[i];
+        else
+            std::memcpy(y + r * o, data.y.data() + i * o, o * sizeof(float));
+    }
+}
+
+} // namespace syncopate

@@ -1,0 +1,598 @@
+#include "engine.h"
+
+#include "model.h"
+#include "optimizer.h"
+#include "random.h"
+
+#include <tbb/task_group.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace syncopate {
+
+const char *runStateName(RunState s)
+{
+    switch (s) {
+    case RunState::Idle: return "idle";
+    case RunState::Running: return "running";
+    case RunState::Finished: return "finished";
+    case RunState::Stopped: return "stopped";
+    case RunState::Failed: return "failed";
+    }
+    return "?";
+}
+
+bool CancellableBarrier::arriveAndWait()
+{
+    std::unique_lock lock(m_mutex);
+    if (m_cancelled)
+        return false;
+    const std::uint64_t generation = m_generation;
+    if (++m_waiting == m_parties) {
+        m_waiting = 0;
+        ++m_generation;
+        m_cv.notify_all();
+        return true;
+    }
+    m_cv.wait(lock, [&] { return m_generation != generation || m_cancelled; });
+    return m_generation != generation;
+}
+
+void CancellableBarrier::cancel()
+{
+    {
+        std::lock_guard lock(m_mutex);
+        m_cancelled = true;
+    }
+    m_cv.notify_all();
+}
+
+// Host-side batch buffers; two of them when the next batch is prefetched.
+struct BatchBuffers {
+    std::vector<float> x;
+    std::vector<std::int32_t> labels;
+    std::vector<float> y;
+};
+
+struct WorkerState {
+    WorkerState(int i, const RunClock &clock)
+        : index(i), ring(std::size_t(1) << 16), dataRing(std::size_t(1) << 12),
+          rec(i, clock, ring), dataRec(i, clock, dataRing)
+    {
+    }
+
+    int index;
+    std::unique_ptr<Device> device;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Optimizer> optimizer; // sync: each replica applies the same update
+    RecordRing ring;
+    RecordRing dataRing; // written by the prefetch task
+    Recorder rec;
+    Recorder dataRec;
+    BatchBuffers buffers[2];
+    int current = 0;
+    tbb::task_group prefetch;
+    bool prefetchPending = false;
+    std::atomic<double> slowdown{1.0};
+    std::atomic<bool> paused{false};
+    std::unique_ptr<Rng> jitterRng;
+    std::int64_t pulledVersion = 0;
+    std::vector<float> snapshot; // parameters handed to evaluation
+    Phase phase = Phase::Data;
+    std::int64_t step = 0;
+    std::thread thread;
+};
+
+Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
+               std::shared_ptr<const Dataset> eval)
+    : m_config(std::move(config)), m_train(std::move(train)), m_eval(std::move(eval)),
+      m_events(m_config.workers)
+{
+    ModelSpec spec{m_config.layers, parseActivation(m_config.activation),
+                   m_config.classification(), m_config.checkpoint ? m_config.checkpointEvery : 0};
+    m_initialParams = Model::initialParams(spec, m_config.seed);
+    const auto kind = Optimizer::parseKind(m_config.optimizer);
+    const std::size_t n = spec.paramCount();
+    for (int i = 0; i < m_config.workers; ++i) {
+        auto w = std::make_unique<WorkerState>(i, m_clock);
+        w->device = createDevice(m_config.device, i);
+        w->model = std::make_unique<Model>(*w->device, spec, m_config.batch);
+        w->model->setParams(m_initialParams);
+        if (!m_config.async())
+            w->optimizer = std::make_unique<Optimizer>(*w->device, kind, n, float(m_config.lr),
+                                                       float(m_config.momentum));
+        w->slowdown = m_config.slowdown[std::size_t(i)];
+        w->jitterRng = std::make_unique<Rng>(m_config.seed, 1000 + std::uint64_t(i));
+        for (auto &b : w->buffers) {
+            b.x.resize(std::size_t(m_config.batch) * m_train->features);
+            b.labels.resize(std::size_t(m_config.batch));
+            b.y.resize(m_train->classification ? 0
+                                               : std::size_t(m_config.batch) * m_train->outputs);
+        }
+        w->snapshot.resize(n);
+        m_workers.push_back(std::move(w));
+    }
+    m_sharedDevice = createDevice(m_config.device, 0);
+    if (m_config.async()) {
+        m_master = DeviceBuffer(*m_sharedDevice, n);
+        m_sharedDevice->upload(m_master.data(), m_initialParams.data(), n);
+        m_serverOptimizer = std::make_unique<Optimizer>(*m_sharedDevice, kind, n,
+                                                        float(m_config.lr),
+                                                        float(m_config.momentum));
+        m_done.assign(std::size_t(m_config.workers), 0);
+    } else {
+        m_averaged = DeviceBuffer(*m_sharedDevice, n);
+        m_barrier = std::make_unique<CancellableBarrier>(m_config.workers);
+    }
+    if (m_eval && m_eval->samples > 0) {
+        m_evalDevice = createDevice(m_config.device, 0);
+        ModelSpec plain = spec;
+        plain.checkpointEvery = 0;
+        m_evalModel = std::make_unique<Model>(*m_evalDevice, plain, m_config.batch);
+    }
+}
+
+Engine::~Engine()
+{
+    requestStop();
+    if (m_supervisor.joinable())
+        m_supervisor.join();
+}
+
+void Engine::start()
+{
+    if (m_state.load() != RunState::Idle)
+        return;
+    m_state = RunState::Running;
+    m_running = int(m_workers.size());
+    m_supervisor = std::thread([this] { supervise(); });
+}
+
+void Engine::requestStop()
+{
+    m_stop = true;
+    if (m_barrier)
+        m_barrier->cancel();
+    {
+        std::lock_guard lock(m_serverMutex);
+    }
+    m_serverCv.notify_all();
+    {
+        std::lock_guard lock(m_pauseMutex);
+    }
+    m_pauseCv.notify_all();
+}
+
+bool Engine::finished() const
+{
+    const RunState s = m_state.load();
+    return s == RunState::Finished || s == RunState::Stopped || s == RunState::Failed;
+}
+
+void Engine::wait()
+{
+    std::unique_lock lock(m_doneMutex);
+    m_doneCv.wait(lock, [&] { return finished() || m_state.load() == RunState::Idle; });
+}
+
+bool Engine::waitFor(std::chrono::milliseconds timeout)
+{
+    std::unique_lock lock(m_doneMutex);
+    return m_doneCv.wait_for(lock, timeout,
+                             [&] { return finished() || m_state.load() == RunState::Idle; });
+}
+
+std::string Engine::error() const
+{
+    std::lock_guard lock(m_doneMutex);
+    return m_error;
+}
+
+std::int64_t Engine::elapsedNs() const
+{
+    const std::int64_t end = m_endNs.load();
+    return end >= 0 ? end : m_clock.now();
+}
+
+std::int64_t Engine::parameterCount() const { return std::int64_t(m_initialParams.size()); }
+
+std::vector<float> Engine::finalParams() const
+{
+    if (m_config.async()) {
+        std::vector<float> host(m_initialParams.size());
+        std::lock_guard lock(const_cast<std::mutex &>(m_serverMutex));
+        m_sharedDevice->download(host.data(), m_master.data(), host.size());
+        return host;
+    }
+    return m_workers.front()->model->paramsToHost();
+}
+
+std::vector<EvalPoint> Engine::evalHistory() const
+{
+    std::lock_guard lock(const_cast<std::mutex &>(m_evalMutex));
+    return m_evalHistory;
+}
+
+void Engine::setSlowdown(int worker, double factor)
+{
+    if (worker >= 0 && worker < int(m_workers.size()))
+        m_workers[std::size_t(worker)]->slowdown = std::max(1.0, factor);
+}
+
+double Engine::slowdown(int worker) const
+{
+    return worker >= 0 && worker < int(m_workers.size())
+               ? m_workers[std::size_t(worker)]->slowdown.load()
+               : 1.0;
+}
+
+void Engine::setPaused(int worker, bool paused)
+{
+    if (worker < 0 || worker >= int(m_workers.size()))
+        return;
+    {
+        std::lock_guard lock(m_pauseMutex);
+        m_workers[std::size_t(worker)]->paused = paused;
+    }
+    m_pauseCv.notify_all();
+}
+
+bool Engine::paused(int worker) const
+{
+    return worker >= 0 && worker < int(m_workers.size()) &&
+           m_workers[std::size_t(worker)]->paused.load();
+}
+
+void Engine::injectFault(int worker, std::int64_t step, Phase phase)
+{
+    m_fault = {worker, step, phase};
+}
+
+void Engine::scriptServerOrder(std::vector<int> order) { m_script = std::move(order); }
+
+void Engine::fail(int worker, std::int64_t step, Phase phase, const std::string &what)
+{
+    {
+        std::lock_guard lock(m_doneMutex);
+        if (m_error.empty())
+            m_error = "worker " + std::to_string(worker) + " failed at step " +
+                      std::to_string(step) + " (" + phaseName(phase) + "): " + what;
+    }
+    requestStop();
+}
+
+void Engine::drain()
+{
+    std::vector<Record> batch;
+    for (auto &w : m_workers) {
+        w->ring.drain(batch);
+        w->dataRing.drain(batch);
+    }
+    if (!batch.empty())
+        m_events.append(batch);
+}
+
+void Engine::supervise()
+{
+    for (auto &w : m_workers) {
+        WorkerState *ws = w.get();
+        ws->thread = std::thread([this, ws] {
+            runWorker(*ws);
+            m_running.fetch_sub(1);
+            m_doneCv.notify_all();
+        });
+    }
+    // Drain often enough that rings never fill, rarely enough to cost nothing.
+    while (m_running.load() > 0) {
+        drain();
+        std::unique_lock lock(m_doneMutex);
+        m_doneCv.wait_for(lock, std::chrono::milliseconds(3), [&] { return m_running.load() == 0; });
+    }
+    for (auto &w : m_workers)
+        w->thread.join();
+    drain();
+    const bool failed = !error().empty();
+    const bool complete = m_progress.load() >= m_config.steps;
+    if (!failed && complete && m_evalModel) {
+        WorkerState &w0 = *m_workers.front();
+        const auto params = finalParams();
+        std::copy(params.begin(), params.end(), w0.snapshot.begin());
+        try {
+            evaluate(w0, m_progress.load(), w0.snapshot.data(), m_progress.load());
+        } catch (const std::exception &e) {
+            fail(0, m_progress.load(), Phase::Eval, e.what());
+        }
+        drain();
+    }
+    m_endNs = m_clock.now();
+    {
+        std::lock_guard lock(m_doneMutex);
+        m_state = !m_error.empty() ? RunState::Failed
+                  : complete       ? RunState::Finished
+                                   : RunState::Stopped;
+    }
+    m_doneCv.notify_all();
+}
+
+void Engine::enter(WorkerState &w, Phase p, std::int64_t step)
+{
+    w.phase = p;
+    w.step = step;
+    if (m_fault.worker == w.index && m_fault.step == step && m_fault.phase == p)
+        throw std::runtime_error("injected fault");
+}
+
+void Engine::runWorker(WorkerState &w)
+{
+    try {
+        if (m_config.async()) {
+            for (std::int64_t step = 0; !stopping(); ++step)
+                if (!asyncStep(w, step))
+                    break;
+        } else {
+            for (std::int64_t step = 0; step < m_config.steps && !stopping(); ++step)
+                syncStep(w, step);
+        }
+    } catch (const std::exception &e) {
+        fail(w.index, w.step, w.phase, e.what());
+    }
+    try {
+        w.prefetch.wait();
+    } catch (const std::exception &e) {
+        fail(w.index, w.step, Phase::Data, e.what());
+    }
+}
+
+bool Engine::sleepCancellable(std::int64_t ns)
+{
+    std::unique_lock lock(m_pauseMutex);
+    return !m_pauseCv.wait_for(lock, std::chrono::nanoseconds(ns), [&] { return stopping(); });
+}
+
+void Engine::waitWhilePaused(WorkerState &w, std::int64_t step)
+{
+    if (!w.paused.load())
+        return;
+    enter(w, Phase::Pause, step);
+    const std::int64_t t0 = w.rec.now();
+    {
+        std::unique_lock lock(m_pauseMutex);
+        m_pauseCv.wait(lock, [&] { return !w.paused.load() || stopping(); });
+    }
+    w.rec.span(Phase::Pause, std::uint32_t(step), t0, w.rec.now());
+}
+
+void Engine::delayStep(WorkerState &w, std::int64_t step, std::int64_t computeNs)
+{
+    const double factor = w.slowdown.load();
+    double extra = (factor - 1.0) * double(computeNs);
+    if (m_config.jitter > 0)
+        extra += m_config.jitter * double(computeNs) * w.jitterRng->uniform();
+    if (extra < 1000.0)
+        return;
+    enter(w, Phase::Delay, step);
+    const std::int64_t t0 = w.rec.now();
+    sleepCancellable(std::int64_t(extra));
+    w.rec.span(Phase::Delay, std::uint32_t(step), t0, w.rec.now());
+}
+
+void Engine::computeStep(WorkerState &w, std::int64_t step)
+{
+    waitWhilePaused(w, step);
+    if (stopping())
+        return;
+    enter(w, Phase::Data, step);
+    const BatchSampler sampler(m_train->samples, m_config.workers, m_config.batch,
+                               m_config.shuffle, m_config.seed);
+    {
+        const std::int64_t t0 = w.rec.now();
+        if (m_config.prefetch) {
+            if (w.prefetchPending) {
+                w.prefetch.wait();
+                w.current ^= 1;
+            } else {
+                BatchBuffers &b = w.buffers[w.current];
+                gatherBatch(*m_train, sampler, step, w.index, m_config.batch, b.x.data(),
+                            b.labels.data(), b.y.data());
+            }
+            // The next batch is assembled on oneTBB's threads while this one computes.
+            BatchBuffers *next = &w.buffers[w.current ^ 1];
+            WorkerState *ws = &w;
+            const Dataset *data = m_train.get();
+            const int rows = m_config.batch;
+            w.prefetch.run([ws, next, data, sampler, step, rows] {
+                const std::int64_t p0 = ws->dataRec.now();
+                gatherBatch(*data, sampler, step + 1, ws->index, rows, next->x.data(),
+                            next->labels.data(), next->y.data());
+                ws->dataRec.span(Phase::Data, std::uint32_t(step + 1), p0, ws->dataRec.now(), 0,
+                                 Lane::Data);
+            });
+            w.prefetchPending = true;
+        } else {
+            BatchBuffers &b = w.buffers[w.current];
+            gatherBatch(*m_train, sampler, step, w.index, m_config.batch, b.x.data(),
+                        b.labels.data(), b.y.data());
+        }
+        w.rec.span(Phase::Data, std::uint32_t(step), t0, w.rec.now());
+    }
+    const BatchBuffers &b = w.buffers[w.current];
+    enter(w, Phase::Forward, step);
+    const std::int64_t computeStart = w.rec.now();
+    const double loss =
+        w.model->forwardLoss(b.x.data(), b.labels.data(), b.y.data(), &w.rec, std::uint32_t(step));
+    if (!std::isfinite(loss))
+        throw std::runtime_error(std::string("the loss is ") +
+                                 (std::isnan(loss) ? "NaN" : "infinite") +
+                                 " (try a smaller train.lr)");
+    w.rec.counter(CounterId::Loss, std::uint32_t(step), loss);
+    enter(w, Phase::Backward, step);
+    w.model->backward(&w.rec, std::uint32_t(step));
+    w.rec.counter(CounterId::ActivationBytes, std::uint32_t(step),
+                  double(w.model->peakActivationBytes()));
+    delayStep(w, step, w.rec.now() - computeStart);
+}
+
+void Engine::syncStep(WorkerState &w, std::int64_t step)
+{
+    const auto s32 = std::uint32_t(step);
+    computeStep(w, step);
+    if (stopping())
+        return;
+    enter(w, Phase::Wait, step);
+    std::int64_t t0 = w.rec.now();
+    const bool arrived = m_barrier->arriveAndWait();
+    w.rec.span(Phase::Wait, s32, t0, w.rec.now());
+    if (!arrived)
+        return;
+
+    // Each worker averages one slice of the parameters, summing the replicas in worker order,
+    // so the result is the same bit for bit whatever the timing.
+    enter(w, Phase::Reduce, step);
+    t0 = w.rec.now();
+    const std::size_t n = w.model->paramCount();
+    const std::size_t workers = m_workers.size();
+    const std::size_t lo = n * std::size_t(w.index) / workers;
+    const std::size_t hi = n * std::size_t(w.index + 1) / workers;
+    if (hi > lo) {
+        float *dst = m_averaged.data() + lo;
+        m_sharedDevice->copy(dst, m_workers[0]->model->grads() + lo, hi - lo);
+        for (std::size_t k = 1; k < workers; ++k)
+            m_sharedDevice->axpy(1.0f, m_workers[k]->model->grads() + lo, dst, hi - lo);
+        if (workers > 1)
+            m_sharedDevice->scale(1.0f / float(workers), dst, hi - lo);
+    }
+    w.rec.span(Phase::Reduce, s32, t0, w.rec.now(), double((hi - lo) * sizeof(float)));
+
+    enter(w, Phase::Wait, step);
+    t0 = w.rec.now();
+    const bool reduced = m_barrier->arriveAndWait();
+    w.rec.span(Phase::Wait, s32, t0, w.rec.now());
+    if (!reduced)
+        return;
+
+    enter(w, Phase::Apply, step);
+    t0 = w.rec.now();
+    w.optimizer->step(w.model->params(), m_averaged.data());
+    w.rec.span(Phase::Apply, s32, t0, w.rec.now());
+
+    if (w.index == 0) {
+        m_progress = step + 1;
+        const std::int64_t done = step + 1;
+        if (m_evalModel && m_config.evalEvery > 0 && done % m_config.evalEvery == 0 &&
+            done < m_config.steps) {
+            w.device->download(w.snapshot.data(), w.model->params(), w.snapshot.size());
+            evaluate(w, done, w.snapshot.data(), done);
+        }
+    }
+}
+
+bool Engine::awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mutex> &lock)
+{
+    if (m_script.empty())
+        return true;
+    const int code = push ? -(w.index + 1) : (w.index + 1);
+    m_serverCv.wait(lock, [&] {
+        return stopping() || m_scriptPos >= m_script.size() || m_script[m_scriptPos] == code;
+    });
+    if (stopping())
+        return false;
+    if (m_scriptPos < m_script.size())
+        ++m_scriptPos;
+    return true;
+}
+
+bool Engine::asyncStep(WorkerState &w, std::int64_t step)
+{
+    const auto s32 = std::uint32_t(step);
+    const std::size_t n = w.model->paramCount();
+    auto lockServer = [&](std::unique_lock<std::mutex> &lock) {
+        // Waiting for the server's lock is contention: record it as a wait of its own.
+        if (!lock.try_lock()) {
+            const std::int64_t t0 = w.rec.now();
+            lock.lock();
+            w.rec.span(Phase::Wait, s32, t0, w.rec.now());
+        }
+    };
+
+    if (m_config.maxStaleness >= 0) {
+        enter(w, Phase::Wait, step);
+        std::unique_lock lock(m_serverMutex);
+        auto ahead = [&] {
+            const std::int64_t slowest = *std::min_element(m_done.begin(), m_done.end());
+            return step - slowest > m_config.maxStaleness;
+        };
+        if (ahead()) {
+            const std::int64_t t0 = w.rec.now();
+            m_serverCv.wait(lock, [&] {
+                return stopping() || m_version >= m_config.steps || !ahead();
+            });
+            w.rec.span(Phase::Wait, s32, t0, w.rec.now());
+        }
+        if (stopping() || m_version >= m_config.steps)
+            return false;
+    }
+
+    enter(w, Phase::Pull, step);
+    {
+        std::unique_lock lock(m_serverMutex, std::defer_lock);
+        lockServer(lock);
+        if (!awaitServerTurn(w, false, lock) || m_version >= m_config.steps)
+            return false;
+        const std::int64_t t0 = w.rec.now();
+        w.device->copy(w.model->params(), m_master.data(), n);
+        w.pulledVersion = m_version;
+        w.rec.span(Phase::Pull, s32, t0, w.rec.now(), double(m_version));
+        m_serverCv.notify_all();
+    }
+
+    computeStep(w, step);
+    if (stopping())
+        return false;
+
+    enter(w, Phase::Push, step);
+    bool evalDue = false;
+    std::int64_t version = 0;
+    {
+        std::unique_lock lock(m_serverMutex, std::defer_lock);
+        lockServer(lock);
+        if (!awaitServerTurn(w, true, lock) || m_version >= m_config.steps)
+            return false;
+        const std::int64_t t0 = w.rec.now();
+        const std::int64_t staleness = m_version - w.pulledVersion;
+        const float scale = m_config.stalenessLr ? 1.0f / float(std::max<std::int64_t>(1, staleness))
+                                                 : 1.0f;
+        m_serverOptimizer->step(m_master.data(), w.model->grads(), scale);
+        version = ++m_version;
+        ++m_done[std::size_t(w.index)];
+        m_progress = version;
+        w.rec.span(Phase::Push, s32, t0, w.rec.now(), double(staleness));
+        w.rec.counter(CounterId::Staleness, s32, double(staleness));
+        w.rec.counter(CounterId::Version, s32, double(version));
+        evalDue = m_evalModel && m_config.evalEvery > 0 && version % m_config.evalEvery == 0 &&
+                  version < m_config.steps;
+        if (evalDue) // a consistent snapshot: the server's parameters at this version
+            m_sharedDevice->download(w.snapshot.data(), m_master.data(), n);
+        m_serverCv.notify_all();
+    }
+    if (evalDue)
+        evaluate(w, version, w.snapshot.data(), version);
+    return !stopping();
+}
+
+void Engine::evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version)
+{
+    std::lock_guard lock(m_evalMutex);
+    const std::int64_t t0 = w.rec.now();
+    m_evalModel->device().upload(m_evalModel->params(), params, m_evalModel->paramCount());
+    const EvalResult r = m_evalModel->evaluate(m_eval->x.data(), m_eval->labels.data(),
+                                               m_eval->y.data(), m_eval->samples);
+    const auto s32 = std::uint32_t(step);
+    w.rec.span(Phase::Eval, s32, t0, w.rec.now(), double(version));
+    w.rec.counter(CounterId::EvalLoss, s32, r.loss);
+    if (m_config.classification())
+        w.rec.counter(CounterId::EvalAccuracy, s32, r.accuracy);
+    m_evalHistory.push_back({step, r.loss, r.accuracy});
+}
+
+} // namespace syncopate

@@ -1,0 +1,161 @@
+// Runs one experiment: N worker threads, each with its own model replica and device, combined
+// by the sync strategy (barrier + fixed-order average) or the async one (a parameter server).
+// Everything a worker does is recorded as spans; the engine's own thread drains the rings into
+// the EventStore while the run goes on. Every wait is cancellable, so stop is prompt.
+#pragma once
+
+#include "config.h"
+#include "data.h"
+#include "device.h"
+#include "trace.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace syncopate {
+
+class Model;
+class Optimizer;
+struct WorkerState;
+
+enum class RunState { Idle, Running, Finished, Stopped, Failed };
+const char *runStateName(RunState s);
+
+// A barrier that every waiter leaves early when the run is cancelled.
+class CancellableBarrier {
+public:
+    explicit CancellableBarrier(int parties) : m_parties(parties) {}
+    // False when cancelled.
+    bool arriveAndWait();
+    void cancel();
+
+private:
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    int m_parties;
+    int m_waiting = 0;
+    std::uint64_t m_generation = 0;
+    bool m_cancelled = false;
+};
+
+struct EvalPoint {
+    std::int64_t step = 0; // sync: steps done; async: server version
+    double loss = 0;
+    double accuracy = 0;
+};
+
+class Engine {
+public:
+    Engine(RunConfig config, std::shared_ptr<const Dataset> train,
+           std::shared_ptr<const Dataset> eval = nullptr);
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine &operator=(const Engine &) = delete;
+
+    void start();
+    // Asks every worker to stop; returns at once. wait() returns promptly after it.
+    void requestStop();
+    void wait();
+    bool waitFor(std::chrono::milliseconds timeout);
+
+    RunState state() const { return m_state.load(); }
+    bool finished() const;
+    // Empty unless the run failed: names worker, step and phase.
+    std::string error() const;
+    const RunConfig &config() const { return m_config; }
+    const EventStore &events() const { return m_events; }
+    // Steps completed (async: updates applied by the server).
+    std::int64_t progress() const { return m_progress.load(); }
+    std::int64_t elapsedNs() const;
+    std::int64_t parameterCount() const;
+    std::vector<float> initialParams() const { return m_initialParams; }
+    // The trained parameters (sync: replica 0, all replicas agree; async: the server's).
+    std::vector<float> finalParams() const;
+    std::vector<EvalPoint> evalHistory() const;
+
+    // Live controls.
+    void setSlowdown(int worker, double factor);
+    double slowdown(int worker) const;
+    void setPaused(int worker, bool paused);
+    bool paused(int worker) const;
+
+    // Test hooks. A fault throws when the worker enters that phase of that step.
+    void injectFault(int worker, std::int64_t step, Phase phase);
+    // Async: server operations happen exactly in this order; each entry is a worker index,
+    // positive for a pull (w + 1) and negative for a push (-(w + 1)).
+    void scriptServerOrder(std::vector<int> order);
+
+private:
+    friend struct WorkerState;
+    void supervise();
+    void runWorker(WorkerState &w);
+    void syncStep(WorkerState &w, std::int64_t step);
+    bool asyncStep(WorkerState &w, std::int64_t step);
+    void computeStep(WorkerState &w, std::int64_t step);
+    void delayStep(WorkerState &w, std::int64_t step, std::int64_t computeNs);
+    void waitWhilePaused(WorkerState &w, std::int64_t step);
+    void enter(WorkerState &w, Phase p, std::int64_t step);
+    bool sleepCancellable(std::int64_t ns);
+    bool awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mutex> &lock);
+    void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version);
+    void fail(int worker, std::int64_t step, Phase phase, const std::string &what);
+    void drain();
+    bool stopping() const { return m_stop.load(std::memory_order_relaxed); }
+
+    RunConfig m_config;
+    std::shared_ptr<const Dataset> m_train, m_eval;
+    RunClock m_clock;
+    EventStore m_events;
+    std::vector<std::unique_ptr<WorkerState>> m_workers;
+    std::vector<float> m_initialParams;
+
+    std::atomic<RunState> m_state{RunState::Idle};
+    std::atomic<bool> m_stop{false};
+    std::atomic<std::int64_t> m_progress{0};
+    std::atomic<std::int64_t> m_endNs{-1};
+    std::atomic<int> m_running{0};
+    std::thread m_supervisor;
+    mutable std::mutex m_doneMutex;
+    std::condition_variable m_doneCv;
+    std::string m_error;
+
+    // Sync
+    std::unique_ptr<CancellableBarrier> m_barrier;
+    std::unique_ptr<Device> m_sharedDevice;
+    DeviceBuffer m_averaged;
+
+    // Async parameter server
+    std::mutex m_serverMutex;
+    std::condition_variable m_serverCv;
+    DeviceBuffer m_master;
+    std::unique_ptr<Optimizer> m_serverOptimizer;
+    std::int64_t m_version = 0;
+    std::vector<std::int64_t> m_done; // updates pushed per worker
+    std::vector<int> m_script;
+    std::size_t m_scriptPos = 0;
+
+    // Pause and cancellable sleeps
+    std::mutex m_pauseMutex;
+    std::condition_variable m_pauseCv;
+
+    // Evaluation on a snapshot
+    std::mutex m_evalMutex;
+    std::unique_ptr<Device> m_evalDevice;
+    std::unique_ptr<Model> m_evalModel;
+    std::vector<EvalPoint> m_evalHistory;
+
+    struct Fault {
+        int worker = -1;
+        std::int64_t step = -1;
+        Phase phase = Phase::Count;
+    } m_fault;
+};
+
+} // namespace syncopate

@@ -1,0 +1,41 @@
+// The steps every front end shares: presets, config + data in, run directory out.
+#pragma once
+
+#include "config.h"
+#include "data.h"
+#include "engine.h"
+#include "rundir.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+struct Preset {
+    std::string name;        // file name without .json
+    std::string title;       // one line
+    std::string description; // one paragraph
+    nlohmann::json config;   // nested keys
+};
+
+// SYNCOPATE_PRESETS if set, else the presets beside the executable or in the source tree.
+std::string presetDirectory();
+std::vector<Preset> listPresets();
+// Throws ConfigError naming the preset and the ones that exist.
+Preset loadPreset(const std::string &name);
+Preset readPresetFile(const std::string &path);
+
+struct PreparedRun {
+    RunConfig config;
+    std::shared_ptr<const Dataset> train;
+    std::shared_ptr<const Dataset> eval;
+};
+
+// Validates and loads the data. Throws ConfigError or DataError; nothing is written.
+PreparedRun prepareRun(const nlohmann::json &input);
+
+// Everything of a run that has ended (or been stopped) for writing or showing.
+RunArtifacts collectRun(const Engine &engine);
+
+} // namespace syncopate

@@ -1,0 +1,95 @@
+#include "trace.h"
+
+namespace syncopate {
+
+const char *phaseName(Phase p)
+{
+    static const char *names[] = {"data",  "forward", "backward", "recompute",
+                                  "wait",  "reduce",  "push",     "pull",
+                                  "apply", "delay",   "eval",     "pause"};
+    static_assert(sizeof(names) / sizeof(names[0]) == std::size_t(Phase::Count));
+    return p < Phase::Count ? names[std::size_t(p)] : "?";
+}
+
+const char *laneName(Lane l)
+{
+    static const char *names[] = {"compute", "data", "comm"};
+    return l < Lane::Count ? names[std::size_t(l)] : "?";
+}
+
+const char *counterName(CounterId c)
+{
+    static const char *names[] = {"loss",          "staleness",     "activation_bytes",
+                                  "eval_loss",     "eval_accuracy", "version"};
+    static_assert(sizeof(names) / sizeof(names[0]) == std::size_t(CounterId::Count));
+    return c < CounterId::Count ? names[std::size_t(c)] : "?";
+}
+
+Lane defaultLane(Phase p)
+{
+    switch (p) {
+    case Phase::Wait:
+    case Phase::Reduce:
+    case Phase::Push:
+    case Phase::Pull:
+        return Lane::Comm;
+    default:
+        return Lane::Compute;
+    }
+}
+
+RecordRing::RecordRing(std::size_t capacityPow2)
+    : m_capacity(capacityPow2), m_mask(capacityPow2 - 1), m_records(new Record[capacityPow2])
+{
+}
+
+std::size_t RecordRing::drain(std::vector<Record> &out)
+{
+    const std::size_t tail = m_tail.load(std::memory_order_relaxed);
+    const std::size_t head = m_head.load(std::memory_order_acquire);
+    for (std::size_t i = tail; i != head; ++i)
+        out.push_back(m_records[i & m_mask]);
+    m_tail.store(head, std::memory_order_release);
+    return head - tail;
+}
+
+void EventStore::reset(int workers)
+{
+    std::lock_guard lock(m_mutex);
+    m_workers = workers;
+    m_records.clear();
+}
+
+int EventStore::workers() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_workers;
+}
+
+void EventStore::append(const std::vector<Record> &records)
+{
+    std::lock_guard lock(m_mutex);
+    m_records.insert(m_records.end(), records.begin(), records.end());
+}
+
+std::size_t EventStore::size() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_records.size();
+}
+
+std::size_t EventStore::copySince(std::size_t from, std::vector<Record> &out) const
+{
+    std::lock_guard lock(m_mutex);
+    if (from < m_records.size())
+        out.insert(out.end(), m_records.begin() + std::ptrdiff_t(from), m_records.end());
+    return m_records.size();
+}
+
+std::vector<Record> EventStore::all() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_records;
+}
+
+} // namespace syncopate

@@ -1,0 +1,176 @@
+// Recording what workers do. Each worker writes fixed-size records into its own single-producer
+// ring without locks or allocation; one collector drains all rings in bulk into an EventStore.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace syncopate {
+
+enum class Phase : std::uint8_t {
+    Data, Forward, Backward, Recompute, Wait, Reduce, Push, Pull, Apply, Delay, Eval, Pause,
+    Count
+};
+enum class Lane : std::uint8_t { Compute, Data, Comm, Count };
+enum class CounterId : std::uint8_t {
+    Loss, Staleness, ActivationBytes, EvalLoss, EvalAccuracy, Version, Count
+};
+enum class RecordKind : std::uint8_t { Span, Counter };
+
+const char *phaseName(Phase p);
+const char *laneName(Lane l);
+const char *counterName(CounterId c);
+// The lane a phase is drawn in unless recorded elsewhere (prefetch puts Data on the data lane).
+Lane defaultLane(Phase p);
+
+// One span or counter sample. Times are ns since the run's start on the steady clock.
+struct Record {
+    std::int64_t start = 0;
+    std::int64_t end = 0; // == start for a counter
+    double value = 0;     // staleness, bytes, or the counter's value
+    std::uint32_t step = 0;
+    std::uint16_t worker = 0;
+    RecordKind kind = RecordKind::Span;
+    std::uint8_t code = 0; // Phase for spans, CounterId for counters; lane in the high nibble
+
+    Phase phase() const { return Phase(code & 0x0f); }
+    CounterId counter() const { return CounterId(code & 0x0f); }
+    Lane lane() const { return Lane(code >> 4); }
+    std::int64_t duration() const { return end - start; }
+    bool isSpan() const { return kind == RecordKind::Span; }
+
+    static Record span(int worker, Phase p, Lane lane, std::uint32_t step, std::int64_t start,
+                       std::int64_t end, double value = 0)
+    {
+        return {start, end, value, step, std::uint16_t(worker), RecordKind::Span,
+                std::uint8_t(std::uint8_t(p) | (std::uint8_t(lane) << 4))};
+    }
+    static Record counterSample(int worker, CounterId c, std::uint32_t step, std::int64_t t,
+                                double value)
+    {
+        return {t, t, value, step, std::uint16_t(worker), RecordKind::Counter, std::uint8_t(c)};
+    }
+};
+static_assert(sizeof(Record) == 32, "a record is 32 bytes: keep rings and the store compact");
+
+// The run clock: ns since the run started.
+class RunClock {
+public:
+    RunClock() : m_origin(std::chrono::steady_clock::now()) {}
+    std::int64_t now() const
+    {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now() - m_origin)
+            .count();
+    }
+
+private:
+    std::chrono::steady_clock::time_point m_origin;
+};
+
+// Single producer, single consumer. push() never allocates; when the ring is full it yields
+// until the collector catches up (the ring holds many seconds of records, so that is rare).
+class RecordRing {
+public:
+    explicit RecordRing(std::size_t capacityPow2 = std::size_t(1) << 16);
+
+    void push(const Record &r)
+    {
+        const std::size_t head = m_head.load(std::memory_order_relaxed);
+        if (head - m_cachedTail >= m_capacity) {
+            m_cachedTail = m_tail.load(std::memory_order_acquire);
+            while (head - m_cachedTail >= m_capacity) {
+                std::this_thread::yield();
+                m_cachedTail = m_tail.load(std::memory_order_acquire);
+            }
+        }
+        m_records[head & m_mask] = r;
+        m_head.store(head + 1, std::memory_order_release);
+    }
+
+    // Appends everything available to out; returns how many records were taken.
+    std::size_t drain(std::vector<Record> &out);
+
+private:
+    std::size_t m_capacity;
+    std::size_t m_mask;
+    std::unique_ptr<Record[]> m_records;
+    alignas(64) std::atomic<std::size_t> m_head{0};
+    std::size_t m_cachedTail = 0; // producer's copy
+    alignas(64) std::atomic<std::size_t> m_tail{0};
+};
+
+// What a worker records through: its ring, its index and the run clock.
+class Recorder {
+public:
+    Recorder(int worker, const RunClock &clock, RecordRing &ring)
+        : m_worker(worker), m_clock(&clock), m_ring(&ring) {}
+
+    std::int64_t now() const { return m_clock->now(); }
+    int worker() const { return m_worker; }
+    void span(Phase p, std::uint32_t step, std::int64_t start, std::int64_t end, double value = 0,
+              Lane lane = Lane::Count)
+    {
+        m_ring->push(Record::span(m_worker, p, lane == Lane::Count ? defaultLane(p) : lane, step,
+                                  start, end, value));
+    }
+    void counter(CounterId c, std::uint32_t step, double value)
+    {
+        m_ring->push(Record::counterSample(m_worker, c, step, now(), value));
+    }
+
+private:
+    int m_worker;
+    const RunClock *m_clock;
+    RecordRing *m_ring;
+};
+
+// Records one phase from construction to destruction.
+class ScopedSpan {
+public:
+    ScopedSpan(Recorder *rec, Phase p, std::uint32_t step)
+        : m_rec(rec), m_phase(p), m_step(step), m_start(rec ? rec->now() : 0) {}
+    ~ScopedSpan()
+    {
+        if (m_rec)
+            m_rec->span(m_phase, m_step, m_start, m_rec->now(), m_value);
+    }
+    void setValue(double v) { m_value = v; }
+    ScopedSpan(const ScopedSpan &) = delete;
+    ScopedSpan &operator=(const ScopedSpan &) = delete;
+
+private:
+    Recorder *m_rec;
+    Phase m_phase;
+    std::uint32_t m_step;
+    std::int64_t m_start;
+    double m_value = 0;
+};
+
+// Append-only store of everything collected, per worker, in arrival order. Thread-safe: the
+// collector appends while readers take copies of what they have not seen yet.
+class EventStore {
+public:
+    explicit EventStore(int workers = 0) { reset(workers); }
+
+    void reset(int workers);
+    int workers() const;
+    void append(const std::vector<Record> &records);
+    std::size_t size() const;
+    // Records with arrival index >= from, appended to out; returns the new end index.
+    std::size_t copySince(std::size_t from, std::vector<Record> &out) const;
+    std::vector<Record> all() const;
+
+private:
+    mutable std::mutex m_mutex;
+    int m_workers = 0;
+    std::vector<Record> m_records;
+};
+
+} // namespace syncopate

@@ -1,0 +1,124 @@
+// The math a training step needs, behind one interface so that a worker's model does not know
+// whether it runs on OpenBLAS threads or on a GPU stream. Matrices are row-major float32.
+// Pointers passed to a Device belong to that device (allocate() gives them out).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace syncopate {
+
+enum class Activation : std::uint8_t { Relu, Tanh, Gelu, Identity };
+
+const char *activationName(Activation a);
+
+// Thrown by a device when it cannot do what it was asked (out of memory, a library failure).
+class DeviceError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class Device {
+public:
+    virtual ~Device() = default;
+
+    virtual std::string name() const = 0;
+
+    // Memory. Sizes are in floats; a zero size gives nullptr.
+    virtual float *allocate(std::size_t count) = 0;
+    virtual void release(float *p) = 0;
+    virtual void upload(float *dst, const float *host, std::size_t count) = 0;
+    virtual void download(float *host, const float *src, std::size_t count) = 0;
+    virtual void copy(float *dst, const float *src, std::size_t count) = 0;
+    virtual void fill(float *dst, float value, std::size_t count) = 0;
+
+    // C[m,n] = alpha * op(A) op(B) + beta * C, op(A) is [m,k] and op(B) is [k,n].
+    virtual void gemm(bool transA, bool transB, int m, int n, int k, float alpha, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc) = 0;
+
+    // Y[r,c] += bias[c]
+    virtual void addBias(float *Y, const float *bias, int rows, int cols) = 0;
+    // dbias[c] = sum_r dY[r,c]
+    virtual void biasGrad(const float *dY, float *dbias, int rows, int cols) = 0;
+
+    // A = f(Z); dZ = dA * f'(Z) (A is f(Z), used where cheaper, e.g. tanh).
+    virtual void activationForward(Activation act, const float *Z, float *A, std::size_t n) = 0;
+    virtual void activationBackward(Activation act, const float *Z, const float *A,
+                                    const float *dA, float *dZ, std::size_t n) = 0;
+
+    // Mean softmax cross-entropy over rows; writes dLogits = (softmax - onehot) / rows.
+    // Labels outside [0, cols) throw DeviceError.
+    virtual double softmaxCrossEntropy(const float *logits, const std::int32_t *labels, int rows,
+                                       int cols, float *dLogits) = 0;
+    // Number of rows whose arg-max equals the label.
+    virtual int countCorrect(const float *logits, const std::int32_t *labels, int rows, int cols) = 0;
+    // Mean over every element of (pred - target)^2 (PyTorch's MSELoss); dPred may be null.
+    virtual double meanSquaredError(const float *pred, const float *target, std::size_t n,
+                                    float *dPred) = 0;
+
+    // Optimizer updates, PyTorch torch.optim semantics (no weight decay, no dampening).
+    virtual void sgdStep(float *param, const float *grad, float lr, std::size_t n) = 0;
+    // buf = momentum * buf + grad; param -= lr * buf
+    virtual void momentumStep(float *param, const float *grad, float *buf, float lr,
+                              float momentum, std::size_t n) = 0;
+    // step is 1 for the first update.
+    virtual void adamStep(float *param, const float *grad, float *m, float *v, float lr,
+                          float beta1, float beta2, float eps, std::int64_t step,
+                          std::size_t n) = 0;
+
+    // Reductions and vector ops.
+    virtual void axpy(float alpha, const float *x, float *y, std::size_t n) = 0;
+    virtual void scale(float alpha, float *x, std::size_t n) = 0;
+    virtual double sumSquares(const float *x, std::size_t n) = 0;
+    // False when any element is NaN or infinite.
+    virtual bool allFinite(const float *x, std::size_t n) = 0;
+
+    // Waits for queued work (a no-op on the CPU).
+    virtual void synchronize() {}
+};
+
+// A device buffer that releases itself.
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    DeviceBuffer(Device &device, std::size_t count)
+        : m_device(&device), m_data(device.allocate(count)), m_count(count) {}
+    ~DeviceBuffer() { reset(); }
+    DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
+    DeviceBuffer &operator=(DeviceBuffer &&o) noexcept {
+        if (this != &o) {
+            reset();
+            m_device = o.m_device;
+            m_data = o.m_data;
+            m_count = o.m_count;
+            o.m_data = nullptr;
+            o.m_count = 0;
+        }
+        return *this;
+    }
+    DeviceBuffer(const DeviceBuffer &) = delete;
+    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+    void reset() {
+        if (m_data)
+            m_device->release(m_data);
+        m_data = nullptr;
+        m_count = 0;
+    }
+    float *data() const { return m_data; }
+    std::size_t size() const { return m_count; }
+    std::size_t bytes() const { return m_count * sizeof(float); }
+
+private:
+    Device *m_device = nullptr;
+    float *m_data = nullptr;
+    std::size_t m_count = 0;
+};
+
+// "cpu" always works; other kinds throw DeviceError naming what is missing.
+std::unique_ptr<Device> createDevice(const std::string &kind, int workerIndex);
+
+} // namespace syncopate
