@@ -33,6 +33,7 @@ std::string typeDescription(const ConfigKey &k)
 std::string formatNumber(double v)
 {
     std::ostringstream s;
+    s.precision(12);
     s << v;
     return s.str();
 }

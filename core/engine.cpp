@@ -53,12 +53,15 @@ struct BatchBuffers {
     std::vector<float> x;
     std::vector<std::int32_t> labels;
     std::vector<float> y;
+    std::int64_t gatheredFrom = 0, gatheredTo = 0; // when the prefetch task assembled it
+    // Hand-off between the worker and the prefetch task: oneTBB orders them, but inside its
+    // uninstrumented library, so the ordering is restated here for ThreadSanitizer.
+    std::atomic<int> handoff{0};
 };
 
 struct WorkerState {
     WorkerState(int i, const RunClock &clock)
-        : index(i), ring(std::size_t(1) << 16), dataRing(std::size_t(1) << 12),
-          rec(i, clock, ring), dataRec(i, clock, dataRing)
+        : index(i), ring(std::size_t(1) << 16), rec(i, clock, ring)
     {
     }
 
@@ -67,9 +70,7 @@ struct WorkerState {
     std::unique_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer; // sync: each replica applies the same update
     RecordRing ring;
-    RecordRing dataRing; // written by the prefetch task
     Recorder rec;
-    Recorder dataRec;
     BatchBuffers buffers[2];
     int current = 0;
     tbb::task_group prefetch;
@@ -267,7 +268,6 @@ void Engine::drain()
     std::vector<Record> batch;
     for (auto &w : m_workers) {
         w->ring.drain(batch);
-        w->dataRing.drain(batch);
     }
     if (!batch.empty())
         m_events.append(batch);
@@ -391,6 +391,12 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
             if (w.prefetchPending) {
                 w.prefetch.wait();
                 w.current ^= 1;
+                w.buffers[w.current].handoff.load(std::memory_order_acquire);
+                // Only the worker's own thread writes its ring, so the prefetch task leaves its
+                // times in the buffer and the worker records them.
+                const BatchBuffers &ready = w.buffers[w.current];
+                w.rec.span(Phase::Data, std::uint32_t(step), ready.gatheredFrom, ready.gatheredTo,
+                           0, Lane::Data);
             } else {
                 BatchBuffers &b = w.buffers[w.current];
                 gatherBatch(*m_train, sampler, step, w.index, m_config.batch, b.x.data(),
@@ -401,12 +407,14 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
             WorkerState *ws = &w;
             const Dataset *data = m_train.get();
             const int rows = m_config.batch;
+            next->handoff.store(1, std::memory_order_release);
             w.prefetch.run([ws, next, data, sampler, step, rows] {
-                const std::int64_t p0 = ws->dataRec.now();
+                next->handoff.load(std::memory_order_acquire);
+                next->gatheredFrom = ws->rec.now();
                 gatherBatch(*data, sampler, step + 1, ws->index, rows, next->x.data(),
                             next->labels.data(), next->y.data());
-                ws->dataRec.span(Phase::Data, std::uint32_t(step + 1), p0, ws->dataRec.now(), 0,
-                                 Lane::Data);
+                next->gatheredTo = ws->rec.now();
+                next->handoff.store(2, std::memory_order_release);
             });
             w.prefetchPending = true;
         } else {
@@ -499,6 +507,8 @@ bool Engine::awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mu
         return false;
     if (m_scriptPos < m_script.size())
         ++m_scriptPos;
+    // Whoever is next in the script may be waiting, even if this operation goes no further.
+    m_serverCv.notify_all();
     return true;
 }
 

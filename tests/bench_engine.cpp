@@ -1,0 +1,189 @@
+// Benchmarks (not part of ctest): what a training step costs next to its GEMMs, what recording
+// a span costs, and what each mode costs with and without a straggler. Figures are ratios
+// measured in one run, since the machine may be shared.
+#include "cpu/cpudevice.h"
+#include "engine.h"
+#include "metrics.h"
+#include "model.h"
+#include "optimizer.h"
+#include "random.h"
+#include "session.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+using namespace syncopate;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::time_point a, Clock::time_point b)
+{
+    return std::chrono::duration<double>(b - a).count();
+}
+
+template <typename F>
+double medianSeconds(int reps, F &&f)
+{
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+        const auto a = Clock::now();
+        f();
+        t.push_back(seconds(a, Clock::now()));
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+void stepVersusGemms()
+{
+    const std::vector<int> layers = {784, 1024, 1024, 10};
+    const int batch = 128;
+    CpuDevice dev;
+    ModelSpec spec{layers, Activation::Relu, true, 0};
+    Model model(dev, spec, batch);
+    model.setParams(Model::initialParams(spec, 1));
+    Optimizer opt(dev, Optimizer::Kind::Sgd, spec.paramCount(), 0.01f);
+    Rng rng(1);
+    std::vector<float> x(std::size_t(batch) * 784);
+    for (auto &v : x)
+        v = float(rng.uniform());
+    std::vector<std::int32_t> labels(batch);
+    for (auto &l : labels)
+        l = int(rng.below(10));
+
+    auto step = [&] {
+        model.forwardLoss(x.data(), labels.data(), nullptr, nullptr, 0);
+        model.backward(nullptr, 0);
+        opt.step(model.params(), model.grads());
+    };
+    // The same GEMMs alone: forward, weight gradient, and input gradient (not for layer 0).
+    std::vector<std::vector<float>> bufs;
+    const int L = int(layers.size()) - 1;
+    std::vector<float> w(spec.paramCount(), 0.01f), a(std::size_t(batch) * 1024, 0.5f),
+        z(std::size_t(batch) * 1024), g(std::size_t(batch) * 1024, 0.1f), dw(spec.paramCount());
+    auto gemms = [&] {
+        const float *in = x.data();
+        for (int l = 0; l < L; ++l) {
+            const int i = layers[l], o = layers[l + 1];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, o, i, 1, in, i,
+                        w.data() + spec.weightOffset(l), i, 0, z.data(), o);
+            in = a.data();
+        }
+        for (int l = L - 1; l >= 0; --l) {
+            const int i = layers[l], o = layers[l + 1];
+            const float *inp = l == 0 ? x.data() : a.data();
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, i, batch, 1, g.data(), o, inp,
+                        i, 0, dw.data() + spec.weightOffset(l), i);
+            if (l > 0)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, i, o, 1, g.data(), o,
+                            w.data() + spec.weightOffset(l), i, 0, z.data(), i);
+        }
+    };
+    for (int i = 0; i < 5; ++i) {
+        step();
+        gemms();
+    }
+    // Interleave the two so that both see the same machine load.
+    std::vector<double> ts, tg;
+    for (int r = 0; r < 15; ++r) {
+        ts.push_back(medianSeconds(3, step));
+        tg.push_back(medianSeconds(3, gemms));
+    }
+    std::sort(ts.begin(), ts.end());
+    std::sort(tg.begin(), tg.end());
+    const double s = ts[ts.size() / 2], gm = tg[tg.size() / 2];
+    const double flops = 2.0 * batch *
+                         (784.0 * 1024 * 2 + 1024.0 * 1024 * 3 + 1024.0 * 10 * 3);
+    std::printf("step 784-1024-1024-10, batch 128, one worker (OpenBLAS, 1 thread)\n");
+    std::printf("  training step        %8.3f ms\n", s * 1e3);
+    std::printf("  same GEMMs alone     %8.3f ms  (%.1f GFLOP/s)\n", gm * 1e3, flops / gm / 1e9);
+    std::printf("  ratio step / GEMMs   %8.3f  (goal <= 1.15)\n\n", s / gm);
+}
+
+void spanCost()
+{
+    RunClock clock;
+    RecordRing ring(std::size_t(1) << 16);
+    Recorder rec(0, clock, ring);
+    std::atomic<bool> done{false};
+    std::thread collector([&] {
+        std::vector<Record> out;
+        out.reserve(1 << 16);
+        while (!done.load()) {
+            ring.drain(out);
+            out.clear();
+            std::this_thread::sleep_for(std::chrono::microseconds(500));
+        }
+        ring.drain(out);
+    });
+    const int n = 5'000'000;
+    const auto a = Clock::now();
+    for (int i = 0; i < n; ++i) {
+        ScopedSpan s(&rec, Phase::Forward, std::uint32_t(i));
+    }
+    const double t = seconds(a, Clock::now());
+    done = true;
+    collector.join();
+    const auto b = Clock::now();
+    volatile std::int64_t sink = 0;
+    for (int i = 0; i < n; ++i)
+        sink = sink + clock.now();
+    const double clockOnly = seconds(b, Clock::now());
+    std::printf("recording\n");
+    std::printf("  one ScopedSpan (two clock reads + ring push)  %6.1f ns\n", t / n * 1e9);
+    std::printf("  of which one clock read                        %6.1f ns\n\n", clockOnly / n * 1e9);
+}
+
+void modes()
+{
+    std::printf("modes: 4 workers, 32-512-512-512-512-10 MLP, batch 64, 150 steps, blobs\n");
+    std::printf("  %-26s %10s %8s %10s %10s %12s %10s\n", "mode", "samples/s", "stall",
+                "stale avg", "stale max", "peak act KiB", "recompute");
+    for (const char *straggler : {"none", "3x"}) {
+        for (const char *mode : {"sync", "async", "checkpointed"}) {
+            nlohmann::json c = {{"mode", mode},
+                                {"workers", 4},
+                                {"model", {{"layers", {32, 512, 512, 512, 512, 10}}}},
+                                {"train", {{"steps", 150}, {"batch", 64}}},
+                                {"eval", {{"samples", 0}}}};
+            if (std::strcmp(straggler, "3x") == 0)
+                c["workers_slowdown"] = {1, 1, 1, 3};
+            PreparedRun p = prepareRun(c);
+            Engine e(p.config, p.train, p.eval);
+            e.start();
+            e.wait();
+            const auto s = collectRun(e).metrics.summary;
+            const std::string label = std::string(mode) + ", straggler " + straggler;
+            std::printf("  %-26s %10.0f %7.1f%% %10.2f %10lld %12.0f %9.1f%%\n", label.c_str(),
+                        s["samples_per_s"].get<double>(), 100 * s["stall_fraction"].get<double>(),
+                        s["staleness_mean"].get<double>(), (long long)s["staleness_max"].get<std::int64_t>(),
+                        s["peak_activation_bytes"].get<double>() / 1024,
+                        100 * s["recompute_ms"].get<double>() / 1e3 / (s["wall_s"].get<double>() * 4));
+        }
+    }
+    std::printf("  (recompute: share of worker time spent recomputing)\n");
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    const bool all = argc < 2;
+    auto want = [&](const char *name) {
+        return all || std::strcmp(argv[1], name) == 0;
+    };
+    configureCpuBlas();
+    if (want("step"))
+        stepVersusGemms();
+    if (want("span"))
+        spanCost();
+    if (want("modes"))
+        modes();
+    return 0;
+}

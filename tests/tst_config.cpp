@@ -1,0 +1,145 @@
+// Config parsing: defaults resolve, and every bad input names the key, the value and what is
+// allowed.
+#include "config.h"
+#include "session.h"
+
+#include <QTest>
+
+using namespace syncopate;
+using nlohmann::json;
+
+class TestConfig : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void defaultsResolve();
+    void errors_data();
+    void errors();
+    void assignments();
+    void modesResolve();
+    void everyPresetIsValid();
+    void resolvedConfigRoundTrips();
+};
+
+void TestConfig::defaultsResolve()
+{
+    const RunConfig c = parseConfig(json::object());
+    QCOMPARE(c.workers, 4);
+    QCOMPARE(c.mode, std::string("sync"));
+    QCOMPARE(c.layers, (std::vector<int>{32, 256, 256, 10}));
+    QCOMPARE(c.lr, 0.1);
+    QCOMPARE(c.samples, std::int64_t(8192));
+    QCOMPARE(c.slowdown, std::vector<double>(4, 1.0));
+    QCOMPARE(parseConfig(json{{"train", {{"optimizer", "adam"}}}}).lr, 1e-3);
+    QCOMPARE(parseConfig(json{{"data.source", "fashion-mnist"}}).layers,
+             (std::vector<int>{784, 256, 10}));
+}
+
+void TestConfig::errors_data()
+{
+    QTest::addColumn<QString>("input");
+    QTest::addColumn<QString>("field");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("zero workers") << R"({"workers": 0})" << "workers"
+                                  << "workers = 0: expected an integer between 1 and 256";
+    QTest::newRow("fractional workers") << R"({"workers": 2.5})" << "workers" << "integer";
+    QTest::newRow("negative lr") << R"({"train": {"lr": -0.1}})" << "train.lr"
+                                 << "train.lr = -0.1: expected a number";
+    QTest::newRow("unknown optimizer")
+        << R"({"train.optimizer": "adamw"})" << "train.optimizer"
+        << R"(expected one of sgd, momentum, adam (did you mean "adam"?))";
+    QTest::newRow("unknown key") << R"({"train": {"learning_rate": 0.1}})"
+                                 << "train.learning_rate" << "unknown key";
+    QTest::newRow("misspelt key") << R"({"worker": 4})" << "worker"
+                                  << R"(did you mean "workers"?)";
+    QTest::newRow("key without section") << R"({"lr": 0.1})" << "lr"
+                                         << R"(did you mean "train.lr"?)";
+    QTest::newRow("string for number") << R"({"train.steps": "ten"})" << "train.steps"
+                                       << "expected an integer";
+    QTest::newRow("one width") << R"({"model.layers": [4]})" << "model.layers"
+                               << "at least two widths";
+    QTest::newRow("zero width") << R"({"model.layers": [4, 0, 2]})" << "model.layers"
+                                << "every element must be between 1 and 65536, found 0";
+    QTest::newRow("fashion widths") << R"({"data.source": "fashion-mnist", "model.layers": [100, 10]})"
+                                    << "model.layers" << "784 inputs";
+    QTest::newRow("spiral widths") << R"({"data.source": "spirals", "model.layers": [3, 8, 3]})"
+                                   << "model.layers" << "2 inputs";
+    QTest::newRow("slowdown count") << R"({"workers": 2, "workers_slowdown": [1, 2, 3]})"
+                                    << "workers_slowdown" << "expected 2 factors";
+    QTest::newRow("slowdown below one") << R"({"workers_slowdown": [1, 0.5, 1, 1]})"
+                                        << "workers_slowdown" << "found 0.5";
+    QTest::newRow("idx without files") << R"({"data.source": "idx"})" << "data.images"
+                                       << "needs an IDX image file";
+    QTest::newRow("bad mode") << R"({"mode": "syncc"})" << "mode" << R"(did you mean "sync"?)";
+    QTest::newRow("bad device") << R"({"device": "tpu"})" << "device" << "expected \"cpu\"";
+    QTest::newRow("staleness below -1") << R"({"async.max_staleness": -2})"
+                                        << "async.max_staleness" << "between -1 and 1000000";
+    QTest::newRow("object for leaf") << R"({"workers": {"n": 2}})" << "workers" << "integer";
+}
+
+void TestConfig::errors()
+{
+    QFETCH(QString, input);
+    QFETCH(QString, field);
+    QFETCH(QString, message);
+    try {
+        parseConfig(json::parse(input.toStdString()));
+        QFAIL("no error raised");
+    } catch (const ConfigError &e) {
+        const QString what = QString::fromStdString(e.what());
+        QVERIFY2(what.contains(message), qPrintable(what));
+        QVERIFY2(what.contains(field), qPrintable(what));
+        QVERIFY(std::find(e.fields().begin(), e.fields().end(), field.toStdString()) !=
+                e.fields().end());
+    }
+}
+
+void TestConfig::assignments()
+{
+    json flat = json::object();
+    applyAssignment(flat, "train.lr=0.05");
+    applyAssignment(flat, "workers_slowdown=[1,3]");
+    applyAssignment(flat, "data.images=/tmp/x=y.idx");
+    applyAssignment(flat, "data.shuffle=false");
+    applyAssignment(flat, "workers=2");
+    QCOMPARE(flat["train.lr"].get<double>(), 0.05);
+    QCOMPARE(flat["data.images"].get<std::string>(), std::string("/tmp/x=y.idx"));
+    QCOMPARE(flat["data.shuffle"].get<bool>(), false);
+    const RunConfig c = parseConfig(flat);
+    QCOMPARE(c.slowdown, (std::vector<double>{1, 3}));
+    QVERIFY_THROWS_EXCEPTION(ConfigError, applyAssignment(flat, "novalue"));
+}
+
+void TestConfig::modesResolve()
+{
+    const RunConfig c = parseConfig(json{{"mode", "checkpointed"},
+                                         {"model", {{"layers", {8, 16, 16, 16, 16, 16, 4}}}}});
+    QVERIFY(c.checkpoint);
+    QCOMPARE(c.checkpointEvery, 3); // ceil(sqrt(6 linear layers))
+    QVERIFY(!c.async());
+    QVERIFY(parseConfig(json{{"mode", "async"}}).async());
+}
+
+void TestConfig::everyPresetIsValid()
+{
+    const auto presets = listPresets();
+    QVERIFY(!presets.empty());
+    for (const auto &p : presets) {
+        QVERIFY2(!p.description.empty(), p.name.c_str());
+        try {
+            parseConfig(p.config);
+        } catch (const ConfigError &e) {
+            QFAIL(qPrintable(QString::fromStdString(p.name + ": " + e.what())));
+        }
+    }
+    QVERIFY_THROWS_EXCEPTION(ConfigError, loadPreset("no-such-preset"));
+}
+
+void TestConfig::resolvedConfigRoundTrips()
+{
+    const RunConfig a = parseConfig(json{{"mode", "async"}, {"workers", 3}, {"jitter", 0.2}});
+    const RunConfig b = parseConfig(a.toJson());
+    QVERIFY(b.toJson() == a.toJson());
+}
+
+QTEST_APPLESS_MAIN(TestConfig)
+#include "tst_config.moc"

@@ -1,0 +1,102 @@
+// The run directory: every file exists and parses, the trace holds every phase of every worker
+// and step, metrics.csv a row per worker per step, and the safetensors hold the parameters in
+// nn.Linear's layout.
+#include "model.h"
+#include "testutil.h"
+
+#include <QFile>
+#include <QTemporaryDir>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+using namespace syncopate;
+using namespace syncopate::test;
+using nlohmann::json;
+
+class TestRunDir : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void writesEveryFile();
+};
+
+void TestRunDir::writesEveryFile()
+{
+    const int workers = 3, steps = 12;
+    auto e = runToEnd(json{{"workers", workers},
+                           {"model", {{"layers", {10, 16, 5}}}},
+                           {"data", {{"source", "blobs"}, {"samples", 128}}},
+                           {"train", {{"steps", steps}, {"batch", 4}}},
+                           {"eval", {{"samples", 100}}}});
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString() + "/run";
+    const RunArtifacts run = collectRun(*e);
+    writeRunDirectory(d, run);
+
+    // config.json: resolved, and a valid config again
+    const RunConfig again = parseConfig(readJsonFile(d + "/config.json"));
+    QCOMPARE(again.workers, workers);
+    QCOMPARE(again.samples, std::int64_t(128));
+
+    // trace.json
+    const json trace = readJsonFile(d + "/trace.json");
+    std::set<std::tuple<int, int, std::string>> spans;
+    std::set<int> namedThreads;
+    int counters = 0;
+    for (const auto &ev : trace["traceEvents"]) {
+        const std::string ph = ev["ph"];
+        if (ph == "X") {
+            QVERIFY(ev["dur"].get<double>() >= 0);
+            spans.insert({ev["tid"].get<int>() % 1000, ev["args"]["step"].get<int>(),
+                          ev["name"].get<std::string>()});
+        } else if (ph == "M" && ev["name"] == "thread_name") {
+            namedThreads.insert(ev["tid"].get<int>());
+        } else if (ph == "C") {
+            ++counters;
+        }
+    }
+    for (int w = 0; w < workers; ++w) {
+        QVERIFY(namedThreads.count(w));
+        for (int s = 0; s < steps; ++s)
+            for (const char *p : {"data", "forward", "backward", "wait", "reduce", "apply"})
+                QVERIFY2(spans.count({w, s, p}), qPrintable(QStringLiteral("worker %1 step %2 %3")
+                                                                .arg(w).arg(s).arg(QLatin1String(p))));
+    }
+    QVERIFY(counters >= workers * steps);
+
+    // metrics.csv
+    std::ifstream csv(d + "/metrics.csv");
+    std::string header, line;
+    std::getline(csv, header);
+    QVERIFY(header.rfind("worker,step,t_ms,", 0) == 0);
+    QVERIFY(header.find("loss") != std::string::npos && header.find("wait_ms") != std::string::npos);
+    int rows = 0;
+    while (std::getline(csv, line))
+        rows += !line.empty();
+    QCOMPARE(rows, workers * steps);
+
+    // summary.json
+    const json summary = readJsonFile(d + "/summary.json");
+    for (const char *key : {"mode", "workers", "steps", "wall_s", "samples_per_s", "final_loss",
+                            "stall_fraction", "stall_ms_per_worker", "staleness_mean",
+                            "peak_activation_bytes", "final_eval_loss", "final_eval_accuracy"})
+        QVERIFY2(summary.contains(key), key);
+    QCOMPARE(summary["stall_ms_per_worker"].size(), std::size_t(workers));
+    QVERIFY(summary["final_loss"].is_number());
+
+    // safetensors
+    const auto init = readSafetensors(d + "/params-init.safetensors");
+    const auto final_ = readSafetensors(d + "/params-final.safetensors");
+    QCOMPARE(init.at("layers.0.weight").shape, (std::vector<std::int64_t>{16, 10}));
+    QCOMPARE(init.at("layers.1.bias").shape, (std::vector<std::int64_t>{5}));
+    const ModelSpec spec{{10, 16, 5}, Activation::Relu, true, 0};
+    const auto &w1 = final_.at("layers.1.weight").data;
+    QCOMPARE(w1.front(), run.finalParams[spec.weightOffset(1)]);
+    QCOMPARE(init.at("layers.0.weight").data[17], run.initialParams[17]);
+    QVERIFY(w1 != std::vector<float>(run.initialParams.begin() + std::ptrdiff_t(spec.weightOffset(1)),
+                                     run.initialParams.begin() + std::ptrdiff_t(spec.biasOffset(1))));
+}
+
+QTEST_APPLESS_MAIN(TestRunDir)
+#include "tst_rundir.moc"

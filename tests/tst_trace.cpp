@@ -1,0 +1,85 @@
+// Records, the lock-free ring and the event store.
+#include "trace.h"
+
+#include <QTest>
+
+#include <thread>
+
+using namespace syncopate;
+
+class TestTrace : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void recordPacksKindLaneAndPhase();
+    void ringKeepsOrderAcrossThreads();
+    void scopedSpanRecordsItsPhase();
+    void storeHandsOutWhatIsNew();
+};
+
+void TestTrace::recordPacksKindLaneAndPhase()
+{
+    const Record r = Record::span(3, Phase::Recompute, Lane::Data, 17, 100, 250, 4.0);
+    QCOMPARE(r.phase(), Phase::Recompute);
+    QCOMPARE(r.lane(), Lane::Data);
+    QCOMPARE(r.worker, std::uint16_t(3));
+    QCOMPARE(r.duration(), std::int64_t(150));
+    QVERIFY(r.isSpan());
+    const Record c = Record::counterSample(1, CounterId::Staleness, 5, 42, 2.0);
+    QVERIFY(!c.isSpan());
+    QCOMPARE(c.counter(), CounterId::Staleness);
+    QCOMPARE(defaultLane(Phase::Wait), Lane::Comm);
+    QCOMPARE(QByteArray(phaseName(Phase::Wait)), QByteArray("wait"));
+}
+
+void TestTrace::ringKeepsOrderAcrossThreads()
+{
+    RecordRing ring(1 << 10); // small, so the producer has to wait for the consumer
+    const std::uint32_t n = 200000;
+    std::thread producer([&] {
+        for (std::uint32_t i = 0; i < n; ++i)
+            ring.push(Record::span(0, Phase::Forward, Lane::Compute, i, i, i + 1));
+    });
+    std::vector<Record> out;
+    while (out.size() < n)
+        ring.drain(out);
+    producer.join();
+    QCOMPARE(out.size(), std::size_t(n));
+    for (std::uint32_t i = 0; i < n; ++i)
+        QCOMPARE(out[i].step, i);
+}
+
+void TestTrace::scopedSpanRecordsItsPhase()
+{
+    RunClock clock;
+    RecordRing ring;
+    Recorder rec(2, clock, ring);
+    {
+        ScopedSpan s(&rec, Phase::Reduce, 9);
+        s.setValue(64);
+    }
+    std::vector<Record> out;
+    QCOMPARE(ring.drain(out), std::size_t(1));
+    QCOMPARE(out[0].phase(), Phase::Reduce);
+    QCOMPARE(out[0].lane(), Lane::Comm);
+    QCOMPARE(out[0].worker, std::uint16_t(2));
+    QCOMPARE(out[0].value, 64.0);
+    QVERIFY(out[0].end >= out[0].start);
+}
+
+void TestTrace::storeHandsOutWhatIsNew()
+{
+    EventStore store(2);
+    store.append({Record::span(0, Phase::Data, Lane::Compute, 0, 0, 1),
+                  Record::span(1, Phase::Data, Lane::Compute, 0, 0, 1)});
+    std::vector<Record> seen;
+    std::size_t at = store.copySince(0, seen);
+    QCOMPARE(at, std::size_t(2));
+    store.append({Record::span(0, Phase::Forward, Lane::Compute, 0, 1, 2)});
+    at = store.copySince(at, seen);
+    QCOMPARE(at, std::size_t(3));
+    QCOMPARE(seen.size(), std::size_t(3));
+    QCOMPARE(seen.back().phase(), Phase::Forward);
+}
+
+QTEST_APPLESS_MAIN(TestTrace)
+#include "tst_trace.moc"
