@@ -1,6 +1,11 @@
 // syncopate-cli: runs experiments headless, lists presets, validates configs.
 #include "config.h"
+#include "exporter.h"
+#include "rundata.h"
 #include "session.h"
+
+#include <QApplication>
+#include <QDir>
 
 #include <atomic>
 #include <chrono>
@@ -31,6 +36,7 @@ void printUsage(std::FILE *to)
     std::fputs(
         "usage:\n"
         "  syncopate-cli run [--preset NAME | --config FILE] [--set KEY=VALUE ...] [--out DIR]\n"
+        "                    [--images]\n"
         "  syncopate-cli presets            list the presets with their explanation\n"
         "  syncopate-cli validate FILE      check a config (or preset) file\n"
         "  syncopate-cli keys               list every config key, its default and meaning\n"
@@ -38,7 +44,8 @@ void printUsage(std::FILE *to)
         "run writes config.json, trace.json, metrics.csv, summary.json and the parameters\n"
         "(params-init/final.safetensors) into DIR (default: runs/<time>).\n"
         "--set takes dotted keys (train.lr=0.05, workers_slowdown=[1,3,1,1]); the value is\n"
-        "JSON where it parses, else a string.\n",
+        "JSON where it parses, else a string. --images also draws timeline.png, loss.png,\n"
+        "stalls.png, staleness.png, memory.png and throughput.png into DIR.\n",
         to);
 }
 
@@ -100,8 +107,31 @@ void printSummary(const RunArtifacts &run, const std::string &dir)
         std::printf("error     %s\n", s["error"].get<std::string>().c_str());
 }
 
+// The same drawing code as the app, on the offscreen platform when there is no display.
+bool writeImages(const RunArtifacts &run, const std::string &dir)
+{
+    if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") && !std::getenv("QT_QPA_PLATFORM"))
+        setenv("QT_QPA_PLATFORM", "offscreen", 1);
+    static int argc = 1;
+    static char name[] = "syncopate-cli";
+    static char *argv[] = {name, nullptr};
+    QApplication app(argc, argv);
+    auto data = std::make_shared<RunData>(run.config, QDir(QString::fromStdString(dir)).dirName());
+    data->append(run.records);
+    data->summary = run.metrics.summary;
+    QString error;
+    const QStringList files = renderRunImages(data, QString::fromStdString(dir), QSize(1600, 800), &error);
+    if (files.size() < 6) {
+        std::fprintf(stderr, "syncopate-cli: images: %s\n", qPrintable(error));
+        return false;
+    }
+    std::printf("images    %s\n", qPrintable(files.join(QStringLiteral(", "))));
+    return true;
+}
+
 int commandRun(const std::vector<std::string> &args)
 {
+    bool images = false;
     nlohmann::json flat = nlohmann::json::object();
     std::string outDir;
     std::vector<std::string> sets;
@@ -126,6 +156,8 @@ int commandRun(const std::vector<std::string> &args)
             sets.push_back(value());
         } else if (a == "--out") {
             outDir = value();
+        } else if (a == "--images") {
+            images = true;
         } else {
             throw ConfigError("run: unknown argument \"" + a + "\"", {});
         }
@@ -158,6 +190,8 @@ int commandRun(const std::vector<std::string> &args)
     const RunArtifacts run = collectRun(engine);
     writeRunDirectory(outDir, run);
     printSummary(run, outDir);
+    if (images && !writeImages(run, outDir))
+        return 1;
     switch (engine.state()) {
     case RunState::Finished: return 0;
     case RunState::Stopped: return 130;

@@ -84,7 +84,7 @@ std::shared_ptr<Dataset> makeBlobs(int features, int classes, std::int64_t n, st
     Rng centreRng(seed, 1);
     std::vector<float> centres(std::size_t(classes) * features);
     for (auto &c : centres)
-        c = float(centreRng.normal() * 1.5);
+        c = float(centreRng.normal() * 0.75);
     Rng rng(seed, stream);
     d->x.resize(std::size_t(n) * features);
     d->labels.resize(std::size_t(n));
@@ -93,7 +93,7 @@ std::shared_ptr<Dataset> makeBlobs(int features, int classes, std::int64_t n, st
         d->labels[std::size_t(i)] = label;
         for (int f = 0; f < features; ++f)
             d->x[std::size_t(i) * features + f] =
-                centres[std::size_t(label) * features + f] + float(rng.normal() * 2.0);
+                centres[std::size_t(label) * features + f] + float(rng.normal());
     }
     return d;
 }

@@ -3,6 +3,7 @@
 #include "data.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -153,13 +154,99 @@ void writeTraceJson(const std::string &path, const RunConfig &config,
         } else {
             std::fprintf(o,
                          ",\n{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":1,\"tid\":%d,"
-                         "\"args\":{\"worker %d\":%.9g}}",
-                         counterName(r.counter()), double(r.start) / 1e3, int(r.worker),
+                         "\"step\":%" PRIu32 ",\"args\":{\"worker %d\":%.9g}}",
+                         counterName(r.counter()), double(r.start) / 1e3, int(r.worker), r.step,
                          int(r.worker), r.value);
         }
     }
     std::fputs("\n]}\n", o);
     closeChecked(f, path);
+}
+
+std::vector<Record> readTraceJson(const std::string &path)
+{
+    nlohmann::json trace;
+    try {
+        trace = readJsonFile(path);
+    } catch (const ConfigError &e) {
+        throw DataError(e.what());
+    }
+    if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array())
+        throw DataError(path + ": not a trace (expected an object with a traceEvents array)");
+    auto phaseOf = [](const std::string &name) {
+        for (int p = 0; p < int(Phase::Count); ++p)
+            if (name == phaseName(Phase(p)))
+                return Phase(p);
+        return Phase::Count;
+    };
+    auto counterOf = [](const std::string &name) {
+        for (int c = 0; c < int(CounterId::Count); ++c)
+            if (name == counterName(CounterId(c)))
+                return CounterId(c);
+        return CounterId::Count;
+    };
+    std::vector<Record> records;
+    std::size_t index = 0;
+    for (const auto &ev : trace["traceEvents"]) {
+        ++index;
+        if (!ev.is_object())
+            continue;
+        const std::string ph = ev.value("ph", "");
+        try {
+            if (ph == "X") {
+                const Phase p = phaseOf(ev.value("name", ""));
+                if (p == Phase::Count)
+                    continue; // events of other tools are kept out, not fatal
+                const int tid = ev.at("tid").get<int>();
+                const auto start = std::int64_t(std::llround(ev.at("ts").get<double>() * 1e3));
+                const auto dur = std::int64_t(std::llround(ev.at("dur").get<double>() * 1e3));
+                const auto &args = ev.contains("args") ? ev["args"] : nlohmann::json::object();
+                double value = 0;
+                for (const char *k : {"staleness", "version", "bytes"})
+                    if (args.contains(k))
+                        value = args[k].get<double>();
+                const Lane lane = tid >= 1000 ? Lane::Data : defaultLane(p);
+                records.push_back(Record::span(tid % 1000, p, lane, args.value("step", 0u), start,
+                                               start + dur, value));
+            } else if (ph == "C") {
+                const CounterId c = counterOf(ev.value("name", ""));
+                if (c == CounterId::Count || !ev.contains("args"))
+                    continue;
+                const auto t = std::int64_t(std::llround(ev.at("ts").get<double>() * 1e3));
+                for (auto it = ev["args"].begin(); it != ev["args"].end(); ++it) {
+                    int worker = 0;
+                    if (std::sscanf(it.key().c_str(), "worker %d", &worker) != 1)
+                        continue;
+                    records.push_back(Record::counterSample(worker, c, ev.value("step", 0u), t,
+                                                            it->get<double>()));
+                }
+            }
+        } catch (const nlohmann::json::exception &e) {
+            throw DataError(path + ": event " + std::to_string(index) + " is malformed (" +
+                            e.what() + ")");
+        }
+    }
+    return records;
+}
+
+RunArtifacts readRunDirectory(const std::string &dir)
+{
+    const std::filesystem::path d(dir);
+    if (!std::filesystem::is_directory(d))
+        throw DataError(dir + ": not a directory");
+    for (const char *f : {"config.json", "trace.json"})
+        if (!std::filesystem::exists(d / f))
+            throw DataError(dir + ": " + f + " is missing, so this is not a Syncopate run directory");
+    RunArtifacts run;
+    try {
+        run.config = parseConfig(readJsonFile((d / "config.json").string()));
+    } catch (const ConfigError &e) {
+        throw DataError((d / "config.json").string() + ": " + e.what());
+    }
+    run.records = readTraceJson((d / "trace.json").string());
+    if (std::filesystem::exists(d / "summary.json"))
+        run.metrics.summary = readJsonFile((d / "summary.json").string());
+    return run;
 }
 
 void writeMetricsCsv(const std::string &path, const std::vector<StepRow> &rows)

@@ -26,6 +26,8 @@ std::map<std::string, Tensor> readSafetensors(const std::string &path);
 
 void writeTraceJson(const std::string &path, const RunConfig &config,
                     const std::vector<Record> &records);
+// Reads a trace written by writeTraceJson back into records (Open Run). Throws DataError.
+std::vector<Record> readTraceJson(const std::string &path);
 void writeMetricsCsv(const std::string &path, const std::vector<StepRow> &rows);
 
 struct RunArtifacts {
@@ -38,5 +40,7 @@ struct RunArtifacts {
 
 // Creates dir if needed and writes every file; throws std::runtime_error naming the file.
 void writeRunDirectory(const std::string &dir, const RunArtifacts &run);
+// config.json, trace.json and summary.json of a run directory (parameters are not loaded).
+RunArtifacts readRunDirectory(const std::string &dir);
 
 } // namespace syncopate

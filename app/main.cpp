@@ -1,0 +1,63 @@
+// syncopate: the desktop app.
+#include "mainwindow.h"
+#include "runcontroller.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTimer>
+
+using namespace syncopate;
+
+int main(int argc, char **argv)
+{
+    QApplication app(argc, argv);
+    QApplication::setApplicationName(QStringLiteral("syncopate"));
+    QApplication::setOrganizationName(QStringLiteral("Syncopate"));
+    QApplication::setApplicationDisplayName(QStringLiteral("Syncopate"));
+    QApplication::setApplicationVersion(QStringLiteral(SYNCOPATE_VERSION));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral("A desktop lab for distributed training."));
+    parser.addHelpOption();
+    parser.addVersionOption();
+    const QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Load the preset NAME."), QStringLiteral("NAME"));
+    const QCommandLineOption config(QStringLiteral("config"), QStringLiteral("Load the config FILE."), QStringLiteral("FILE"));
+    const QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the run at once."));
+    const QCommandLineOption open(QStringLiteral("open"), QStringLiteral("Open the run directory DIR."), QStringLiteral("DIR"));
+    const QCommandLineOption screenshot(QStringLiteral("screenshot"),
+                                        QStringLiteral("Save a screenshot of the window to FILE when the run "
+                                                       "has ended (or once DIR is open), then quit."),
+                                        QStringLiteral("FILE"));
+    parser.addOptions({preset, config, start, open, screenshot});
+    parser.process(app);
+
+    MainWindow window;
+    if (parser.isSet(preset))
+        window.selectPreset(parser.value(preset));
+    if (parser.isSet(config))
+        window.loadConfigFile(parser.value(config));
+    window.show();
+
+    const QString shot = parser.value(screenshot);
+    auto grab = [&window, shot] {
+        QTimer::singleShot(600, &window, [&window, shot] {
+            window.grab().save(shot);
+            QApplication::quit();
+        });
+    };
+    if (parser.isSet(open)) {
+        window.openRun(parser.value(open));
+        if (!shot.isEmpty())
+            grab();
+    } else if (parser.isSet(start)) {
+        QTimer::singleShot(0, &window, [&window, shot, grab] {
+            if (!window.startRun() && !shot.isEmpty())
+                grab(); // the banner says why
+        });
+        if (!shot.isEmpty())
+            QObject::connect(&window, &MainWindow::runFinished, &window, grab);
+    } else if (!shot.isEmpty()) {
+        grab();
+    }
+    return app.exec();
+}

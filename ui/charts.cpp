@@ -1,0 +1,438 @@
+#include "charts.h"
+
+#include "phasestyle.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <qcustomplot.h>
+
+#include <cmath>
+
+namespace syncopate {
+namespace {
+
+QCPTextElement *titleOf(QCustomPlot *plot)
+{
+    return plot->plotLayout()->elementCount() > 0
+               ? qobject_cast<QCPTextElement *>(plot->plotLayout()->element(0, 0))
+               : nullptr;
+}
+
+// Trailing mean over `window` points (1 = none).
+QVector<double> smooth(const QVector<double> &v, int window)
+{
+    if (window <= 1)
+        return v;
+    QVector<double> out(v.size());
+    double sum = 0;
+    for (int i = 0; i < v.size(); ++i) {
+        sum += v[i];
+        if (i >= window)
+            sum -= v[i - window];
+        out[i] = sum / std::min(i + 1, window);
+    }
+    return out;
+}
+
+QString modeLabel(const RunData &run)
+{
+    const auto &c = run.config();
+    QString s = QString::fromStdString(c.mode);
+    if (c.checkpoint && c.mode != "checkpointed")
+        s += QStringLiteral("+ckpt");
+    return s;
+}
+
+// Mean over workers of a counter per step.
+void meanPerStep(const RunData &run, CounterId id, QVector<double> &steps, QVector<double> &time,
+                 QVector<double> &values)
+{
+    std::vector<double> sum, t;
+    std::vector<int> n;
+    for (int w = 0; w < run.workers(); ++w)
+        for (const auto &p : run.counter(id, w)) {
+            if (sum.size() <= p.step) {
+                sum.resize(p.step + 1, 0.0);
+                t.resize(p.step + 1, 0.0);
+                n.resize(p.step + 1, 0);
+            }
+            sum[p.step] += p.value;
+            t[p.step] = std::max(t[p.step], p.tNs / 1e6);
+            ++n[p.step];
+        }
+    for (std::size_t s = 0; s < sum.size(); ++s)
+        if (n[s] > 0) {
+            steps.push_back(double(s));
+            time.push_back(t[s]);
+            values.push_back(sum[s] / n[s]);
+        }
+}
+
+} // namespace
+
+void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
+                const QString &yLabel)
+{
+    if (!titleOf(plot)) {
+        plot->plotLayout()->insertRow(0);
+        auto *t = new QCPTextElement(plot, title, QFont(plot->font().family(), plot->font().pointSize() + 2, QFont::Bold));
+        plot->plotLayout()->addElement(0, 0, t);
+    } else {
+        titleOf(plot)->setText(title);
+    }
+    plot->xAxis->setLabel(xLabel);
+    plot->yAxis->setLabel(yLabel);
+    plot->legend->setVisible(true);
+    plot->legend->setBrush(QColor(255, 255, 255, 220));
+    plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+}
+
+ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
+{
+    auto makePlot = [&](const QString &name, const QString &helpKey) {
+        auto *plot = new QCustomPlot;
+        plot->setToolTip(metricHelp(helpKey));
+        plot->setObjectName(helpKey);
+        Q_UNUSED(name);
+        return plot;
+    };
+    m_loss = makePlot(tr("Loss"), QStringLiteral("loss"));
+    m_stalls = makePlot(tr("Barrier stalls"), QStringLiteral("stalls"));
+    m_staleness = makePlot(tr("Staleness"), QStringLiteral("staleness"));
+    m_memory = makePlot(tr("Activation memory"), QStringLiteral("memory"));
+    m_throughput = makePlot(tr("Throughput"), QStringLiteral("throughput"));
+
+    // Loss tab: the plot with its options above it.
+    auto *lossPage = new QWidget;
+    auto *lossLayout = new QVBoxLayout(lossPage);
+    lossLayout->setContentsMargins(0, 0, 0, 0);
+    auto *options = new QHBoxLayout;
+    m_lossAxis = new QComboBox;
+    m_lossAxis->addItems({tr("against step"), tr("against run time")});
+    m_lossAxis->setToolTip(tr("Plot the loss against the optimizer step or against wall-clock "
+                              "time: sync and async runs compare fairly only against time."));
+    m_smoothing = new QSpinBox;
+    m_smoothing->setRange(1, 500);
+    m_smoothing->setValue(1);
+    m_smoothing->setPrefix(tr("smoothing "));
+    m_smoothing->setSuffix(tr(" steps"));
+    m_smoothing->setToolTip(tr("Trailing mean over this many points (1 = raw)."));
+    m_logLoss = new QCheckBox(tr("log scale"));
+    m_logLoss->setToolTip(tr("Logarithmic loss axis."));
+    options->addWidget(m_lossAxis);
+    options->addWidget(m_smoothing);
+    options->addWidget(m_logLoss);
+    options->addStretch();
+    lossLayout->addLayout(options);
+    lossLayout->addWidget(m_loss);
+    connect(m_lossAxis, &QComboBox::currentIndexChanged, this, [this] { rebuild(); });
+    connect(m_smoothing, &QSpinBox::valueChanged, this, [this] { rebuild(); });
+    connect(m_logLoss, &QCheckBox::toggled, this, [this] { rebuild(); });
+
+    addTab(lossPage, tr("Loss"));
+    addTab(m_stalls, tr("Barrier stalls"));
+    addTab(m_staleness, tr("Staleness"));
+    addTab(m_memory, tr("Activation memory"));
+    addTab(m_throughput, tr("Throughput"));
+    for (int i = 0; i < count(); ++i)
+        setTabToolTip(i, metricHelp(QStringList{QStringLiteral("loss"), QStringLiteral("stalls"),
+                                                QStringLiteral("staleness"), QStringLiteral("memory"),
+                                                QStringLiteral("throughput")}[i]));
+    setupChart(m_loss, tr("Training loss"), tr("step"), tr("loss"));
+    setupChart(m_stalls, tr("Barrier stalls per step"), tr("step"), tr("wait (ms)"));
+    setupChart(m_staleness, tr("Gradient staleness"), tr("staleness (updates)"), tr("updates"));
+    setupChart(m_memory, tr("Peak activation memory per step"), tr("step"), tr("activations (KiB)"));
+    setupChart(m_throughput, tr("Throughput"), tr("run time (s)"), tr("samples / s"));
+}
+
+std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::plots() const
+{
+    return {{QStringLiteral("loss"), m_loss},
+            {QStringLiteral("stalls"), m_stalls},
+            {QStringLiteral("staleness"), m_staleness},
+            {QStringLiteral("memory"), m_memory},
+            {QStringLiteral("throughput"), m_throughput}};
+}
+
+void ChartsWidget::setLossAgainstTime(bool time) { m_lossAxis->setCurrentIndex(time ? 1 : 0); }
+void ChartsWidget::setSmoothing(int window) { m_smoothing->setValue(window); }
+void ChartsWidget::setLogLoss(bool log) { m_logLoss->setChecked(log); }
+
+void ChartsWidget::setRuns(RunDataPtr current, std::vector<RunDataPtr> compare)
+{
+    m_current = std::move(current);
+    m_compare = std::move(compare);
+    rebuild();
+}
+
+void ChartsWidget::rebuild()
+{
+    for (auto &[name, plot] : plots()) {
+        plot->clearGraphs();
+        plot->clearPlottables();
+    }
+    refresh();
+}
+
+void ChartsWidget::setPresentationScale(double scale)
+{
+    m_scale = scale;
+    for (auto &[name, plot] : plots()) {
+        const QFont f = font();
+        for (QCPAxis *a : {plot->xAxis, plot->yAxis, plot->yAxis2}) {
+            a->setLabelFont(f);
+            a->setTickLabelFont(f);
+        }
+        plot->legend->setFont(f);
+        if (auto *t = titleOf(plot)) {
+            QFont tf = f;
+            tf.setPointSizeF(f.pointSizeF() + 2);
+            tf.setBold(true);
+            t->setFont(tf);
+        }
+    }
+    rebuild();
+}
+
+void ChartsWidget::refresh()
+{
+    fillLoss();
+    fillStalls();
+    fillStaleness();
+    fillMemory();
+    fillThroughput();
+    for (auto &[name, plot] : plots())
+        plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void ChartsWidget::fillLoss()
+{
+    QCustomPlot *p = m_loss;
+    const bool time = m_lossAxis->currentIndex() == 1;
+    const int window = m_smoothing->value();
+    p->xAxis->setLabel(time ? tr("run time (ms)") : tr("step"));
+    const bool log = m_logLoss->isChecked();
+    p->yAxis->setScaleType(log ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (log)
+        p->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    else
+        p->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    int g = 0;
+    auto graph = [&](const QString &name, QColor color, double width, Qt::PenStyle style) {
+        if (g >= p->graphCount()) {
+            QCPGraph *gr = p->addGraph();
+            gr->setName(name);
+            gr->setPen(QPen(color, width * m_scale, style));
+            gr->setAdaptiveSampling(true);
+        }
+        return p->graph(g++);
+    };
+    if (m_current) {
+        const RunData &run = *m_current;
+        for (int w = 0; w < run.workers(); ++w) {
+            QVector<double> x, y;
+            for (const auto &pt : run.counter(CounterId::Loss, w)) {
+                x.push_back(time ? pt.tNs / 1e6 : double(pt.step));
+                y.push_back(pt.value);
+            }
+            graph(tr("worker %1").arg(w), seriesColor(w), 1.2, Qt::SolidLine)->setData(x, smooth(y, window), true);
+        }
+        // Held-out loss as dots: worker 0 records it.
+        QVector<double> ex, ey;
+        for (int w = 0; w < run.workers(); ++w)
+            for (const auto &pt : run.counter(CounterId::EvalLoss, w)) {
+                ex.push_back(time ? pt.tNs / 1e6 : double(pt.step));
+                ey.push_back(pt.value);
+            }
+        QCPGraph *eval = graph(tr("held-out loss"), Qt::black, 1.5, Qt::DashLine);
+        eval->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7 * m_scale));
+        eval->setData(ex, ey);
+    }
+    for (std::size_t i = 0; i < m_compare.size(); ++i) {
+        const RunData &run = *m_compare[i];
+        QVector<double> steps, t, v;
+        meanPerStep(run, CounterId::Loss, steps, t, v);
+        graph(tr("%1: %2 (mean)").arg(run.label(), modeLabel(run)), seriesColor(int(i) + 5), 2.2,
+              Qt::SolidLine)
+            ->setData(time ? t : steps, smooth(v, window), true);
+    }
+    p->rescaleAxes();
+}
+
+void ChartsWidget::fillStalls()
+{
+    QCustomPlot *p = m_stalls;
+    if (!m_current)
+        return;
+    const RunData &run = *m_current;
+    if (p->graphCount() == 0) {
+        for (int w = 0; w < run.workers(); ++w) {
+            QCPGraph *g = p->addGraph();
+            g->setName(tr("worker %1").arg(w));
+            g->setPen(QPen(seriesColor(w), 1.2 * m_scale));
+        }
+        QCPGraph *share = p->addGraph(p->xAxis, p->yAxis2);
+        share->setName(tr("share of time lost (right axis)"));
+        share->setPen(QPen(Qt::black, 2 * m_scale, Qt::DashLine));
+        p->yAxis2->setVisible(true);
+        p->yAxis2->setLabel(tr("cumulative share lost (%)"));
+    }
+    std::vector<double> waitSum, totalSum;
+    for (int w = 0; w < run.workers(); ++w) {
+        const auto &wait = run.waitMs(w);
+        QVector<double> x(int(wait.size())), y(int(wait.size()));
+        for (std::size_t s = 0; s < wait.size(); ++s) {
+            x[int(s)] = double(s);
+            y[int(s)] = wait[s];
+        }
+        p->graph(w)->setData(x, y, true);
+    }
+    // Cumulative share of worker time lost to waiting, per step, from step end times.
+    QVector<double> sx, sy;
+    double waited = 0, elapsed = 0;
+    std::vector<double> lastEnd(std::size_t(run.workers()), 0.0);
+    std::size_t steps = 0;
+    for (int w = 0; w < run.workers(); ++w)
+        steps = std::max(steps, run.counter(CounterId::Loss, w).size());
+    for (std::size_t s = 0; s < steps; ++s) {
+        bool any = false;
+        for (int w = 0; w < run.workers(); ++w) {
+            const auto &loss = run.counter(CounterId::Loss, w);
+            const auto &wait = run.waitMs(w);
+            if (s >= loss.size() || s >= wait.size())
+                continue;
+            any = true;
+            waited += wait[s];
+            elapsed += loss[s].tNs / 1e6 - lastEnd[std::size_t(w)];
+            lastEnd[std::size_t(w)] = loss[s].tNs / 1e6;
+        }
+        if (any && elapsed > 0) {
+            sx.push_back(double(s));
+            sy.push_back(std::min(100.0, 100.0 * waited / elapsed));
+        }
+    }
+    p->graph(run.workers())->setData(sx, sy, true);
+    p->rescaleAxes();
+    p->yAxis2->setRange(0, 100);
+}
+
+void ChartsWidget::fillStaleness()
+{
+    QCustomPlot *p = m_staleness;
+    if (!m_current)
+        return;
+    const RunData &run = *m_current;
+    QCPBars *bars = nullptr;
+    if (p->plottableCount() == 0) {
+        bars = new QCPBars(p->xAxis, p->yAxis);
+        bars->setName(tr("updates with this staleness"));
+        bars->setBrush(seriesColor(0));
+        bars->setPen(QPen(seriesColor(0).darker(130)));
+        for (int w = 0; w < run.workers(); ++w) {
+            QCPGraph *g = p->addGraph(p->xAxis2, p->yAxis2);
+            g->setName(tr("worker %1 over time (top/right axes)").arg(w));
+            g->setLineStyle(QCPGraph::lsNone);
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, seriesColor(w), 4 * m_scale));
+        }
+        p->xAxis2->setVisible(true);
+        p->yAxis2->setVisible(true);
+        p->xAxis2->setLabel(tr("run time (ms)"));
+        p->yAxis2->setLabel(tr("staleness"));
+    } else {
+        bars = qobject_cast<QCPBars *>(p->plottable(0));
+    }
+    const auto hist = run.stalenessHistogram();
+    QVector<double> k, v;
+    for (std::size_t i = 0; i < hist.size(); ++i) {
+        k.push_back(double(i));
+        v.push_back(hist[i]);
+    }
+    bars->setData(k, v, true);
+    for (int w = 0; w < run.workers(); ++w) {
+        QVector<double> x, y;
+        for (const auto &pt : run.counter(CounterId::Staleness, w)) {
+            x.push_back(pt.tNs / 1e6);
+            y.push_back(pt.value);
+        }
+        p->graph(w)->setData(x, y, true);
+    }
+    const bool none = hist.empty();
+    setupChart(p, none ? tr("Gradient staleness (sync: always 0)") : tr("Gradient staleness"),
+               tr("staleness (updates)"), tr("updates"));
+    p->rescaleAxes();
+    if (none)
+        p->xAxis->setRange(-0.5, 5);
+}
+
+void ChartsWidget::fillMemory()
+{
+    QCustomPlot *p = m_memory;
+    int g = 0;
+    auto graph = [&](const QString &name, QColor c, double width) {
+        if (g >= p->graphCount()) {
+            QCPGraph *gr = p->addGraph();
+            gr->setName(name);
+            gr->setPen(QPen(c, width * m_scale));
+            gr->setLineStyle(QCPGraph::lsStepLeft);
+        }
+        return p->graph(g++);
+    };
+    if (m_current) {
+        const RunData &run = *m_current;
+        for (int w = 0; w < run.workers(); ++w) {
+            QVector<double> x, y;
+            for (const auto &pt : run.counter(CounterId::ActivationBytes, w)) {
+                x.push_back(double(pt.step));
+                y.push_back(pt.value / 1024.0);
+            }
+            graph(tr("worker %1 (%2)").arg(w).arg(modeLabel(run)), seriesColor(w), 1.5)->setData(x, y, true);
+        }
+    }
+    for (std::size_t i = 0; i < m_compare.size(); ++i) {
+        const RunData &run = *m_compare[i];
+        QVector<double> steps, t, v;
+        meanPerStep(run, CounterId::ActivationBytes, steps, t, v);
+        for (auto &x : v)
+            x /= 1024.0;
+        graph(tr("%1: %2").arg(run.label(), modeLabel(run)), seriesColor(int(i) + 5), 2.5)->setData(steps, v, true);
+    }
+    p->rescaleAxes();
+    p->yAxis->setRangeLower(0);
+}
+
+void ChartsWidget::fillThroughput()
+{
+    QCustomPlot *p = m_throughput;
+    int g = 0;
+    auto graph = [&](const QString &name, QColor c, double width) {
+        if (g >= p->graphCount()) {
+            QCPGraph *gr = p->addGraph();
+            gr->setName(name);
+            gr->setPen(QPen(c, width * m_scale));
+        }
+        return p->graph(g++);
+    };
+    auto fill = [&](const RunData &run, const QString &name, QColor c, double width) {
+        QVector<double> x, y;
+        for (const auto &[t, rate] : run.throughput(5e8)) {
+            x.push_back(t / 1e9);
+            y.push_back(rate);
+        }
+        graph(name, c, width)->setData(x, y, true);
+    };
+    if (m_current)
+        fill(*m_current, tr("%1: %2").arg(m_current->label(), modeLabel(*m_current)), seriesColor(0), 2);
+    for (std::size_t i = 0; i < m_compare.size(); ++i)
+        fill(*m_compare[i], tr("%1: %2").arg(m_compare[i]->label(), modeLabel(*m_compare[i])),
+             seriesColor(int(i) + 5), 2);
+    p->rescaleAxes();
+    p->yAxis->setRangeLower(0);
+}
+
+} // namespace syncopate

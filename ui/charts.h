@@ -1,0 +1,60 @@
+// The charts of a run, and of the runs checked for comparison: loss, barrier stalls, staleness,
+// activation memory and throughput. Graphs are created when the set of runs changes and only
+// refilled on updates.
+#pragma once
+
+#include "rundata.h"
+
+#include <QTabWidget>
+
+class QCustomPlot;
+class QCheckBox;
+class QComboBox;
+class QSpinBox;
+
+namespace syncopate {
+
+class ChartsWidget : public QTabWidget {
+    Q_OBJECT
+public:
+    explicit ChartsWidget(QWidget *parent = nullptr);
+
+    // current: the run shown per worker; compare: further runs overlaid (mean per step).
+    void setRuns(RunDataPtr current, std::vector<RunDataPtr> compare);
+    void refresh();
+    void setPresentationScale(double scale);
+
+    QCustomPlot *lossPlot() const { return m_loss; }
+    QCustomPlot *stallPlot() const { return m_stalls; }
+    QCustomPlot *stalenessPlot() const { return m_staleness; }
+    QCustomPlot *memoryPlot() const { return m_memory; }
+    QCustomPlot *throughputPlot() const { return m_throughput; }
+    std::vector<std::pair<QString, QCustomPlot *>> plots() const;
+
+    // Loss options.
+    void setLossAgainstTime(bool time);
+    void setSmoothing(int window);
+    void setLogLoss(bool log);
+
+private:
+    void rebuild();
+    void fillLoss();
+    void fillStalls();
+    void fillStaleness();
+    void fillMemory();
+    void fillThroughput();
+
+    RunDataPtr m_current;
+    std::vector<RunDataPtr> m_compare;
+    QCustomPlot *m_loss, *m_stalls, *m_staleness, *m_memory, *m_throughput;
+    QComboBox *m_lossAxis;
+    QSpinBox *m_smoothing;
+    QCheckBox *m_logLoss;
+    double m_scale = 1.0;
+};
+
+// Title row and styling shared by every chart (and used by exports).
+void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
+                const QString &yLabel);
+
+} // namespace syncopate

@@ -1,0 +1,579 @@
+#include "mainwindow.h"
+
+#include "charts.h"
+#include "experimentform.h"
+#include "exporter.h"
+#include "phasestyle.h"
+#include "runcontroller.h"
+#include "timelineview.h"
+
+#include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDockWidget>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QToolBar>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <QCheckBox>
+#include <QGridLayout>
+#include <QSpinBox>
+
+namespace syncopate {
+namespace {
+
+QString formatSeconds(double s)
+{
+    if (s < 0)
+        return QStringLiteral("--");
+    const int total = int(s + 0.5);
+    return total >= 60 ? QStringLiteral("%1:%2").arg(total / 60).arg(total % 60, 2, 10, QLatin1Char('0'))
+                       : QStringLiteral("%1 s").arg(s, 0, 'f', 1);
+}
+
+} // namespace
+
+MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new RunController(this))
+{
+    setWindowTitle(tr("Syncopate"));
+    setObjectName(QStringLiteral("MainWindow"));
+    m_baseFont = QApplication::font();
+
+    // Central area: error banner, timeline, range summary, charts.
+    auto *central = new QWidget;
+    auto *layout = new QVBoxLayout(central);
+    layout->setContentsMargins(4, 4, 4, 4);
+    m_banner = new QFrame;
+    m_banner->setObjectName(QStringLiteral("banner"));
+    auto *bannerLayout = new QHBoxLayout(m_banner);
+    m_bannerText = new QLabel;
+    m_bannerText->setWordWrap(true);
+    m_bannerText->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto *close = new QToolButton;
+    close->setText(QStringLiteral("\u2715"));
+    close->setToolTip(tr("Dismiss"));
+    connect(close, &QToolButton::clicked, this, &MainWindow::hideBanner);
+    bannerLayout->addWidget(m_bannerText, 1);
+    bannerLayout->addWidget(close);
+    m_banner->hide();
+    layout->addWidget(m_banner);
+
+    auto *splitter = new QSplitter(Qt::Vertical);
+    splitter->setObjectName(QStringLiteral("centralSplitter"));
+    auto *top = new QWidget;
+    auto *topLayout = new QVBoxLayout(top);
+    topLayout->setContentsMargins(0, 0, 0, 0);
+    m_timeline = new TimelineView;
+    m_timeline->setMinimumHeight(220);
+    m_rangeSummary = new QLabel(tr("Shift+drag on the timeline to summarise a time range."));
+    m_rangeSummary->setWordWrap(true);
+    m_rangeSummary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    topLayout->addWidget(m_timeline, 1);
+    topLayout->addWidget(m_rangeSummary);
+    m_charts = new ChartsWidget;
+    m_charts->setMinimumHeight(200);
+    splitter->addWidget(top);
+    splitter->addWidget(m_charts);
+    splitter->setStretchFactor(0, 3);
+    splitter->setStretchFactor(1, 2);
+    layout->addWidget(splitter, 1);
+    setCentralWidget(central);
+
+    connect(m_timeline, &TimelineView::rangeSummaryAvailable, m_rangeSummary, &QLabel::setText);
+
+    createDocks();
+    createActions();
+
+    // Status bar: step, rate, time, progress.
+    m_stepLabel = new QLabel(tr("ready"));
+    m_rateLabel = new QLabel;
+    m_rateLabel->setToolTip(metricHelp(QStringLiteral("throughput")));
+    m_timeLabel = new QLabel;
+    m_progress = new QProgressBar;
+    m_progress->setMaximumWidth(260);
+    m_progress->setRange(0, 1000);
+    m_progress->setValue(0);
+    m_progress->setTextVisible(true);
+    statusBar()->addWidget(m_stepLabel);
+    statusBar()->addWidget(m_rateLabel);
+    statusBar()->addWidget(m_timeLabel);
+    statusBar()->addPermanentWidget(m_progress);
+
+    connect(m_controller, &RunController::runStarted, this, &MainWindow::onRunStarted);
+    connect(m_controller, &RunController::progressChanged, this, &MainWindow::onProgress);
+    connect(m_controller, &RunController::runFinished, this, &MainWindow::onRunFinished);
+    connect(m_controller, &RunController::runFailed, this, &MainWindow::onRunFailed);
+    connect(m_controller, &RunController::dataAvailable, this, [this] {
+        m_timeline->refresh();
+        // Charts at a third of the timeline's rate: they redraw everything.
+        if (++m_chartTick % 3 == 0)
+            m_charts->refresh();
+    });
+    connect(m_timeline, &TimelineView::followLiveChanged, m_followAction, &QAction::setChecked);
+
+    QSettings qs;
+    m_settings.load(qs);
+    resize(1500, 950);
+    if (!m_settings.windowGeometry.isEmpty())
+        restoreGeometry(m_settings.windowGeometry);
+    if (!m_settings.windowState.isEmpty())
+        restoreState(m_settings.windowState, AppSettings::kLayoutVersion);
+    const auto last = nlohmann::json::parse(m_settings.lastExperiment.toStdString(), nullptr, false);
+    if (!m_settings.lastPreset.isEmpty())
+        m_form->selectPreset(m_settings.lastPreset);
+    if (last.is_object() && !last.empty())
+        m_form->setFromJson(last);
+    rebuildWorkerControls(m_form->workers(), false);
+    m_followAction->setChecked(m_settings.followLive);
+    if (m_settings.presentation)
+        setPresentationMode(true);
+    updateActions();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::createDocks()
+{
+    auto *formDock = new QDockWidget(tr("Experiment"), this);
+    formDock->setObjectName(QStringLiteral("experimentDock"));
+    auto *formPage = new QWidget;
+    auto *formLayout = new QVBoxLayout(formPage);
+    formLayout->setContentsMargins(0, 0, 0, 0);
+    m_form = new ExperimentForm;
+    auto *runButton = new QPushButton(tr("Run experiment"));
+    runButton->setToolTip(tr("Validate the form and start the run (F5)."));
+    connect(runButton, &QPushButton::clicked, this, [this] { startRun(); });
+    formLayout->addWidget(m_form, 1);
+    formLayout->addWidget(runButton);
+    formDock->setWidget(formPage);
+    addDockWidget(Qt::LeftDockWidgetArea, formDock);
+    connect(m_form, &ExperimentForm::workersChanged, this, [this](int n) {
+        if (!m_controller->isRunning())
+            rebuildWorkerControls(n, false);
+    });
+    connect(m_form, &ExperimentForm::presetChosen, this, [this](const QString &name, const QString &) {
+        m_settings.lastPreset = name;
+        hideBanner();
+        if (!m_controller->isRunning())
+            rebuildWorkerControls(m_form->workers(), false);
+    });
+
+    auto *workerDock = new QDockWidget(tr("Workers (live)"), this);
+    workerDock->setObjectName(QStringLiteral("workersDock"));
+    m_workerPanel = new QWidget;
+    m_workerGrid = new QGridLayout(m_workerPanel);
+    workerDock->setWidget(m_workerPanel);
+    addDockWidget(Qt::LeftDockWidgetArea, workerDock);
+
+    auto *runsDock = new QDockWidget(tr("Runs"), this);
+    runsDock->setObjectName(QStringLiteral("runsDock"));
+    m_runList = new QListWidget;
+    m_runList->setToolTip(tr("The runs of this session and runs opened from disk. Select one to "
+                             "show it; check others to overlay their loss, memory and throughput."));
+    runsDock->setWidget(m_runList);
+    addDockWidget(Qt::RightDockWidgetArea, runsDock);
+    connect(m_runList, &QListWidget::currentRowChanged, this, [this](int row) {
+        if (row >= 0 && row < int(m_runs.size()) && !m_controller->isRunning())
+            showRun(m_runs[std::size_t(row)]);
+    });
+    connect(m_runList, &QListWidget::itemChanged, this, [this] { updateCompare(); });
+}
+
+void MainWindow::createActions()
+{
+    QMenu *file = menuBar()->addMenu(tr("&File"));
+    QAction *open = file->addAction(tr("&Open Run..."), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a run directory"), m_settings.runsFolder);
+        if (!dir.isEmpty())
+            openRun(dir);
+    });
+    open->setShortcut(QKeySequence::Open);
+    file->addAction(tr("Open &Config..."), this, [this] {
+        const QString f = QFileDialog::getOpenFileName(this, tr("Open a config"), QString(), tr("JSON (*.json)"));
+        if (!f.isEmpty())
+            loadConfigFile(f);
+    });
+    file->addSeparator();
+    QAction *exportTimeline = file->addAction(tr("Export &Timeline..."), this, [this] { exportDialog(QStringLiteral("timeline")); });
+    exportTimeline->setShortcut(QKeySequence(tr("Ctrl+E")));
+    QAction *exportChart = file->addAction(tr("Export &Chart..."), this, [this] {
+        const QStringList names = {QStringLiteral("loss"), QStringLiteral("stalls"), QStringLiteral("staleness"),
+                                   QStringLiteral("memory"), QStringLiteral("throughput")};
+        exportDialog(names.value(m_charts->currentIndex()));
+    });
+    exportChart->setShortcut(QKeySequence(tr("Ctrl+Shift+E")));
+    file->addAction(tr("Export Trace &JSON..."), this, [this] { exportRunFile(QStringLiteral("trace.json")); });
+    file->addAction(tr("Export &Metrics CSV..."), this, [this] { exportRunFile(QStringLiteral("metrics.csv")); });
+    QAction *copy = file->addAction(tr("Cop&y Timeline Image"), this, &MainWindow::copyImage);
+    copy->setShortcut(QKeySequence(tr("Ctrl+Shift+C")));
+    file->addSeparator();
+    file->addAction(tr("Choose Runs &Folder..."), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Folder for run directories"), m_settings.runsFolder);
+        if (!dir.isEmpty())
+            m_settings.runsFolder = dir;
+    });
+    QAction *quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quit->setShortcut(QKeySequence::Quit);
+
+    QMenu *run = menuBar()->addMenu(tr("&Run"));
+    m_runAction = run->addAction(tr("&Run"), this, [this] { startRun(); });
+    m_runAction->setShortcut(QKeySequence(Qt::Key_F5));
+    m_runAction->setToolTip(tr("Start the experiment in the form (F5)"));
+    m_pauseAction = run->addAction(tr("&Pause All"), this, [this] {
+        m_controller->setAllPaused(!m_controller->allPaused());
+        updateActions();
+        rebuildWorkerControls(m_form->workers(), true);
+    });
+    m_pauseAction->setShortcut(QKeySequence(Qt::Key_F6));
+    m_pauseAction->setToolTip(tr("Pause or resume every worker (F6)"));
+    m_stopAction = run->addAction(tr("&Stop"), this, [this] { m_controller->stop(); });
+    m_stopAction->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
+    m_stopAction->setToolTip(tr("Stop the run; what ran is kept and saved (Shift+F5)"));
+
+    QMenu *view = menuBar()->addMenu(tr("&View"));
+    m_followAction = view->addAction(tr("&Follow Live"));
+    m_followAction->setCheckable(true);
+    m_followAction->setShortcut(QKeySequence(tr("Ctrl+L")));
+    m_followAction->setToolTip(tr("Keep the newest spans in view while a run goes on"));
+    connect(m_followAction, &QAction::toggled, m_timeline, &TimelineView::setFollowLive);
+    QAction *fit = view->addAction(tr("Fit &Timeline"), m_timeline, &TimelineView::fitAll);
+    fit->setShortcut(QKeySequence(tr("Ctrl+0")));
+    m_presentationAction = view->addAction(tr("&Presentation Mode"));
+    m_presentationAction->setCheckable(true);
+    m_presentationAction->setShortcut(QKeySequence(tr("Ctrl+Shift+P")));
+    m_presentationAction->setToolTip(tr("Larger fonts and lines, for a projector"));
+    connect(m_presentationAction, &QAction::toggled, this, &MainWindow::setPresentationMode);
+    view->addSeparator();
+    for (QDockWidget *d : findChildren<QDockWidget *>())
+        view->addAction(d->toggleViewAction());
+
+    QMenu *help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About Syncopate"), this, [this] {
+        QMessageBox::about(this, tr("About Syncopate"),
+                           tr("<b>Syncopate</b> %1<br>A lab for distributed training: watch what "
+                              "synchronisation costs.").arg(QApplication::applicationVersion()));
+    });
+
+    QToolBar *bar = addToolBar(tr("Run"));
+    bar->setObjectName(QStringLiteral("runToolBar"));
+    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
+    bar->addAction(m_runAction);
+    bar->addAction(m_pauseAction);
+    bar->addAction(m_stopAction);
+    bar->addSeparator();
+    bar->addAction(m_followAction);
+    bar->addAction(fit);
+    bar->addAction(m_presentationAction);
+}
+
+void MainWindow::rebuildWorkerControls(int workers, bool live)
+{
+    while (QLayoutItem *item = m_workerGrid->takeAt(0)) {
+        delete item->widget();
+        delete item;
+    }
+    auto *header = new QLabel(live ? tr("Change a worker's speed or pause it: the stalls respond.")
+                                   : tr("Live controls appear while a run goes on."));
+    header->setWordWrap(true);
+    m_workerGrid->addWidget(header, 0, 0, 1, 3);
+    if (!live)
+        return;
+    const int shown = std::min(workers, 32);
+    for (int w = 0; w < shown; ++w) {
+        auto *label = new QLabel(tr("worker %1").arg(w));
+        auto *slow = new QDoubleSpinBox;
+        slow->setRange(1.0, 50.0);
+        slow->setSingleStep(0.5);
+        slow->setSuffix(QStringLiteral("x"));
+        slow->setValue(m_controller->engine() ? m_controller->engine()->slowdown(w) : 1.0);
+        slow->setToolTip(tr("Slowdown factor of worker %1: 3x adds a delay of twice its compute time after every step.").arg(w));
+        auto *pause = new QCheckBox(tr("pause"));
+        pause->setChecked(m_controller->engine() && m_controller->engine()->paused(w));
+        pause->setToolTip(tr("Pause worker %1; in sync mode everyone else then waits at the barrier.").arg(w));
+        connect(slow, &QDoubleSpinBox::valueChanged, this, [this, w](double f) { m_controller->setSlowdown(w, f); });
+        connect(pause, &QCheckBox::toggled, this, [this, w](bool p) { m_controller->setPaused(w, p); });
+        m_workerGrid->addWidget(label, w + 1, 0);
+        m_workerGrid->addWidget(slow, w + 1, 1);
+        m_workerGrid->addWidget(pause, w + 1, 2);
+    }
+    m_workerGrid->setRowStretch(shown + 1, 1);
+}
+
+void MainWindow::showBanner(const QString &text, bool error)
+{
+    m_bannerText->setText(text);
+    m_banner->setStyleSheet(error ? QStringLiteral("#banner { background: #FBE3D6; border: 1px solid #D55E00; }")
+                                  : QStringLiteral("#banner { background: #E0F0FA; border: 1px solid #0072B2; }"));
+    m_banner->show();
+}
+
+void MainWindow::hideBanner()
+{
+    m_banner->hide();
+    m_form->clearErrors();
+}
+
+QString MainWindow::bannerText() const { return m_banner->isVisible() ? m_bannerText->text() : QString(); }
+
+void MainWindow::selectPreset(const QString &name) { m_form->selectPreset(name); }
+
+void MainWindow::loadConfigFile(const QString &path)
+{
+    try {
+        nlohmann::json j = readJsonFile(path.toStdString());
+        if (j.contains("config") && j["config"].is_object())
+            j = j["config"];
+        parseConfig(j); // report problems now, with the field marked
+        m_form->setFromJson(j);
+        hideBanner();
+    } catch (const ConfigError &e) {
+        m_form->setFromJson(nlohmann::json::object());
+        QStringList fields;
+        for (const auto &f : e.fields())
+            fields << QString::fromStdString(f);
+        showBanner(tr("%1: %2").arg(path, QString::fromStdString(e.what())));
+        m_form->markErrors(fields);
+    }
+}
+
+bool MainWindow::startRun()
+{
+    if (m_controller->isRunning())
+        return false;
+    hideBanner();
+    const QString label = tr("run %1").arg(m_runs.size() + 1);
+    return m_controller->start(m_form->toJson(), label, m_settings.runsFolder);
+}
+
+void MainWindow::onRunStarted(const RunDataPtr &run)
+{
+    m_settings.lastExperiment = QString::fromStdString(m_form->toJson().dump());
+    showRun(run);
+    m_timeline->setFollowLive(m_followAction->isChecked());
+    m_progress->setRange(0, 0); // indeterminate until the first step is done
+    rebuildWorkerControls(run->workers(), true);
+    updateActions();
+}
+
+void MainWindow::onProgress(qint64 step, qint64 total, double rate, double elapsed, double remaining)
+{
+    if (step > 0 && m_progress->maximum() == 0)
+        m_progress->setRange(0, 1000);
+    if (step > 0)
+        m_progress->setValue(int(1000 * step / std::max<qint64>(1, total)));
+    m_stepLabel->setText(tr("step %1 / %2").arg(step).arg(total));
+    m_rateLabel->setText(tr("%1 samples/s").arg(rate, 0, 'f', 0));
+    m_timeLabel->setText(tr("elapsed %1, remaining %2").arg(formatSeconds(elapsed), formatSeconds(remaining)));
+}
+
+void MainWindow::onRunFinished(const RunDataPtr &run)
+{
+    m_progress->setRange(0, 1000);
+    m_progress->setValue(run->state == RunState::Finished ? 1000 : m_progress->value());
+    addRunToList(run);
+    m_timeline->refresh();
+    m_charts->refresh();
+    rebuildWorkerControls(m_form->workers(), false);
+    updateActions();
+    const auto &s = run->summary;
+    QString text = tr("%1 %2: %3 steps, %4 samples/s, stalls %5% of worker time")
+                       .arg(run->label(), QString::fromLatin1(runStateName(run->state)))
+                       .arg(s.value("steps_completed", 0))
+                       .arg(s.value("samples_per_s", 0.0), 0, 'f', 0)
+                       .arg(100 * s.value("stall_fraction", 0.0), 0, 'f', 1);
+    if (s.contains("final_eval_accuracy"))
+        text += tr(", held-out accuracy %1%").arg(100 * s["final_eval_accuracy"].get<double>(), 0, 'f', 1);
+    if (!run->directory().isEmpty())
+        text += tr(". Saved in %1").arg(run->directory());
+    statusBar()->showMessage(text, 15000);
+    if (run->state != RunState::Failed)
+        m_stepLabel->setText(text);
+    Q_EMIT runFinished();
+}
+
+void MainWindow::onRunFailed(const QString &message, const QStringList &fields)
+{
+    showBanner(message.toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>")));
+    m_form->markErrors(fields);
+}
+
+void MainWindow::addRunToList(const RunDataPtr &run)
+{
+    m_runs.push_back(run);
+    auto *item = new QListWidgetItem(tr("%1: %2, %3 workers (%4)")
+                                         .arg(run->label(), QString::fromStdString(run->config().mode))
+                                         .arg(run->workers())
+                                         .arg(QString::fromLatin1(runStateName(run->state))));
+    item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+    item->setCheckState(Qt::Unchecked);
+    item->setToolTip(run->directory());
+    const QSignalBlocker block(m_runList);
+    m_runList->addItem(item);
+    m_runList->setCurrentItem(item);
+}
+
+void MainWindow::showRun(const RunDataPtr &run)
+{
+    m_shown = run;
+    m_timeline->setRun(run);
+    m_timeline->setTitle(tr("%1: %2 mode, %3 workers").arg(run->label(), QString::fromStdString(run->config().mode)).arg(run->workers()));
+    updateCompare();
+}
+
+void MainWindow::updateCompare()
+{
+    std::vector<RunDataPtr> compare;
+    for (int i = 0; i < m_runList->count() && i < int(m_runs.size()); ++i)
+        if (m_runList->item(i)->checkState() == Qt::Checked && m_runs[std::size_t(i)] != m_shown)
+            compare.push_back(m_runs[std::size_t(i)]);
+    m_charts->setRuns(m_shown, compare);
+}
+
+bool MainWindow::openRun(const QString &dir)
+{
+    QString error;
+    RunDataPtr run = RunController::openRun(dir, &error);
+    if (!run) {
+        showBanner(tr("Cannot open the run: %1").arg(error.toHtmlEscaped()));
+        return false;
+    }
+    hideBanner();
+    addRunToList(run);
+    showRun(run);
+    m_timeline->fitAll();
+    m_charts->refresh();
+    return true;
+}
+
+void MainWindow::updateActions()
+{
+    const bool running = m_controller->isRunning();
+    m_runAction->setEnabled(!running);
+    m_pauseAction->setEnabled(running);
+    m_pauseAction->setText(m_controller->allPaused() ? tr("&Resume All") : tr("&Pause All"));
+    m_stopAction->setEnabled(running);
+}
+
+void MainWindow::setPresentationMode(bool on)
+{
+    QFont f = m_baseFont;
+    const double scale = on ? 1.6 : 1.0;
+    f.setPointSizeF(m_baseFont.pointSizeF() * scale);
+    QApplication::setFont(f);
+    m_timeline->setFont(f);
+    m_charts->setFont(f);
+    m_timeline->setPresentationScale(scale);
+    m_charts->setPresentationScale(scale);
+    m_settings.presentation = on;
+    if (m_presentationAction->isChecked() != on)
+        m_presentationAction->setChecked(on);
+}
+
+QCustomPlot *MainWindow::viewByName(const QString &name) const
+{
+    if (name == QLatin1String("timeline"))
+        return m_timeline;
+    for (const auto &[n, plot] : m_charts->plots())
+        if (n == name)
+            return plot;
+    return nullptr;
+}
+
+bool MainWindow::exportView(const QString &name, const QString &path, QSize size, double scale)
+{
+    QCustomPlot *plot = viewByName(name);
+    QString error;
+    if (!plot || !exportPlot(plot, path, size, scale, &error)) {
+        showBanner(error.isEmpty() ? tr("Nothing to export for %1").arg(name) : error);
+        return false;
+    }
+    statusBar()->showMessage(tr("Exported %1").arg(path), 8000);
+    return true;
+}
+
+void MainWindow::exportDialog(const QString &name)
+{
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Export %1").arg(name));
+    auto *form = new QFormLayout(&dialog);
+    auto *width = new QSpinBox;
+    width->setRange(200, 10000);
+    width->setValue(1600);
+    auto *height = new QSpinBox;
+    height->setRange(150, 10000);
+    height->setValue(name == QLatin1String("timeline") ? 700 : 900);
+    auto *scale = new QDoubleSpinBox;
+    scale->setRange(0.5, 4.0);
+    scale->setValue(1.0);
+    scale->setSingleStep(0.5);
+    scale->setToolTip(tr("Pixel density of PNG files: 2 gives a sharp image on slides."));
+    form->addRow(tr("Width (px)"), width);
+    form->addRow(tr("Height (px)"), height);
+    form->addRow(tr("PNG scale"), scale);
+    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    form->addRow(buttons);
+    if (dialog.exec() != QDialog::Accepted)
+        return;
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export %1").arg(name),
+                                                      QDir(m_settings.exportFolder).filePath(name + QStringLiteral(".png")),
+                                                      tr("PNG image (*.png);;SVG image (*.svg);;PDF document (*.pdf)"));
+    if (path.isEmpty())
+        return;
+    m_settings.exportFolder = QFileInfo(path).absolutePath();
+    exportView(name, path, QSize(width->value(), height->value()), scale->value());
+}
+
+void MainWindow::exportRunFile(const QString &file)
+{
+    if (!m_shown || m_shown->directory().isEmpty()) {
+        showBanner(tr("The run shown has not been saved yet: export is possible once it has ended."));
+        return;
+    }
+    const QString source = QDir(m_shown->directory()).filePath(file);
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export %1").arg(file),
+                                                      QDir(m_settings.exportFolder).filePath(file));
+    if (path.isEmpty())
+        return;
+    QFile::remove(path);
+    if (!QFile::copy(source, path))
+        showBanner(tr("Could not copy %1 to %2").arg(source, path));
+    else
+        m_settings.exportFolder = QFileInfo(path).absolutePath();
+}
+
+void MainWindow::copyImage()
+{
+    QApplication::clipboard()->setPixmap(m_timeline->toPixmap(m_timeline->width(), m_timeline->height()));
+    statusBar()->showMessage(tr("Timeline image copied"), 4000);
+}
+
+void MainWindow::closeEvent(QCloseEvent *event)
+{
+    m_controller->stop();
+    m_settings.windowGeometry = saveGeometry();
+    m_settings.windowState = saveState(AppSettings::kLayoutVersion);
+    m_settings.lastExperiment = QString::fromStdString(m_form->toJson().dump());
+    m_settings.followLive = m_followAction->isChecked();
+    QSettings qs;
+    m_settings.save(qs);
+    event->accept();
+}
+
+} // namespace syncopate

@@ -1,0 +1,93 @@
+// The main window: experiment form and live worker controls in docks, the timeline over the
+// charts in the centre, the runs of this session to compare, an inline banner for errors.
+#pragma once
+
+#include "rundata.h"
+#include "settings.h"
+
+#include <QMainWindow>
+
+class QAction;
+class QDockWidget;
+class QGridLayout;
+class QLabel;
+class QListWidget;
+class QListWidgetItem;
+class QProgressBar;
+class QCustomPlot;
+
+namespace syncopate {
+
+class ChartsWidget;
+class ExperimentForm;
+class RunController;
+class TimelineView;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget *parent = nullptr);
+    ~MainWindow() override;
+
+    ExperimentForm *form() const { return m_form; }
+    TimelineView *timeline() const { return m_timeline; }
+    ChartsWidget *charts() const { return m_charts; }
+    RunController *controller() const { return m_controller; }
+    QString bannerText() const;
+    const std::vector<RunDataPtr> &runs() const { return m_runs; }
+    AppSettings &settings() { return m_settings; }
+
+    void selectPreset(const QString &name);
+    void loadConfigFile(const QString &path);
+    bool startRun();
+    bool openRun(const QString &dir);
+    void setPresentationMode(bool on);
+    // Exports the timeline or a chart (by name: timeline, loss, stalls, ...) to path.
+    bool exportView(const QString &name, const QString &path, QSize size, double scale);
+
+Q_SIGNALS:
+    void runFinished();
+
+protected:
+    void closeEvent(QCloseEvent *event) override;
+
+private:
+    void createActions();
+    void createDocks();
+    void showBanner(const QString &text, bool error = true);
+    void hideBanner();
+    void onRunStarted(const RunDataPtr &run);
+    void onProgress(qint64 step, qint64 total, double rate, double elapsed, double remaining);
+    void onRunFinished(const RunDataPtr &run);
+    void onRunFailed(const QString &message, const QStringList &fields);
+    void addRunToList(const RunDataPtr &run);
+    void showRun(const RunDataPtr &run);
+    void updateCompare();
+    void rebuildWorkerControls(int workers, bool live);
+    void updateActions();
+    void exportDialog(const QString &name);
+    void exportRunFile(const QString &file);
+    void copyImage();
+    QCustomPlot *viewByName(const QString &name) const;
+
+    AppSettings m_settings;
+    RunController *m_controller;
+    ExperimentForm *m_form;
+    TimelineView *m_timeline;
+    ChartsWidget *m_charts;
+    QLabel *m_rangeSummary;
+    QWidget *m_banner;
+    QLabel *m_bannerText;
+    QListWidget *m_runList;
+    QWidget *m_workerPanel;
+    QGridLayout *m_workerGrid;
+    QLabel *m_stepLabel, *m_rateLabel, *m_timeLabel;
+    QProgressBar *m_progress;
+    QAction *m_runAction, *m_pauseAction, *m_stopAction, *m_followAction, *m_presentationAction;
+    std::vector<RunDataPtr> m_runs;
+    RunDataPtr m_shown;
+    QFont m_baseFont;
+    int m_chartTick = 0;
+};
+
+} // namespace syncopate

@@ -1,0 +1,89 @@
+#include "phasestyle.h"
+
+#include <QHash>
+
+#include <array>
+
+namespace syncopate {
+
+const PhaseStyle &phaseStyle(Phase p)
+{
+    static const std::array<PhaseStyle, std::size_t(Phase::Count)> styles = [] {
+        std::array<PhaseStyle, std::size_t(Phase::Count)> s;
+        auto set = [&](Phase p, QColor c, const char *label, const char *tip,
+                       Qt::BrushStyle brush = Qt::SolidPattern) {
+            PhaseStyle &st = s[std::size_t(p)];
+            st.color = c;
+            st.brush = QBrush(c, brush);
+            st.outline = QPen(c.darker(160), 0);
+            st.label = QString::fromLatin1(label);
+            st.tooltip = QString::fromLatin1(tip);
+        };
+        set(Phase::Data, QColor(0xE6, 0x9F, 0x00), "data",
+            "Assembling the batch. On the data lane: prefetch in the background.");
+        set(Phase::Forward, QColor(0x56, 0xB4, 0xE9), "forward", "Forward pass and loss.");
+        set(Phase::Backward, QColor(0x00, 0x72, 0xB2), "backward", "Backward pass: gradients.");
+        set(Phase::Recompute, QColor(0xCC, 0x79, 0xA7), "recompute",
+            "Checkpointing: recomputing a segment's activations before its backward pass.");
+        set(Phase::Wait, QColor(0x80, 0x80, 0x80), "wait",
+            "Stalled: waiting at the barrier for the slowest worker, for the staleness bound, "
+            "or for the parameter server's lock. Time that computes nothing.",
+            Qt::BDiagPattern);
+        set(Phase::Reduce, QColor(0x00, 0x9E, 0x73), "reduce",
+            "Averaging this worker's slice of all workers' gradients.");
+        set(Phase::Push, QColor(0x00, 0x9E, 0x73), "push",
+            "Async: sending the gradient to the server, which applies it at once.");
+        set(Phase::Pull, QColor(0xF0, 0xE4, 0x42), "pull",
+            "Async: copying the server's parameters and their version.");
+        set(Phase::Apply, QColor(0xD5, 0x5E, 0x00), "apply", "Optimizer update of the replica.");
+        set(Phase::Delay, QColor(0xFF, 0xFF, 0xFF), "delay",
+            "Injected straggler delay (workers_slowdown, jitter): shown, never hidden in compute.");
+        set(Phase::Eval, QColor(0x33, 0x33, 0x33), "eval", "Evaluating held-out data.");
+        set(Phase::Pause, QColor(0xDD, 0xDD, 0xDD), "pause", "Paused by the user.",
+            Qt::DiagCrossPattern);
+        // Delay is outlined so that an empty box reads as time added from outside.
+        s[std::size_t(Phase::Delay)].outline = QPen(QColor(0xD5, 0x5E, 0x00), 1.5);
+        s[std::size_t(Phase::Wait)].outline = QPen(QColor(0x60, 0x60, 0x60), 0);
+        return s;
+    }();
+    return styles[std::size_t(p < Phase::Count ? p : Phase::Wait)];
+}
+
+QColor seriesColor(int index)
+{
+    static const QColor colors[] = {QColor(0x00, 0x72, 0xB2), QColor(0xD5, 0x5E, 0x00),
+                                    QColor(0x00, 0x9E, 0x73), QColor(0xCC, 0x79, 0xA7),
+                                    QColor(0xE6, 0x9F, 0x00), QColor(0x56, 0xB4, 0xE9),
+                                    QColor(0x00, 0x00, 0x00), QColor(0x99, 0x99, 0x33)};
+    return colors[(index % 8 + 8) % 8];
+}
+
+QString metricHelp(const QString &metric)
+{
+    static const QHash<QString, QString> help = {
+        {QStringLiteral("loss"),
+         QStringLiteral("Training loss of each worker's batch at each step (mean over the batch). "
+                        "Held-out loss, when evaluated, is drawn as dots.")},
+        {QStringLiteral("stalls"),
+         QStringLiteral("Barrier stall: time a worker spent waiting for others instead of "
+                        "computing, per step. In sync mode every worker waits for the slowest "
+                        "at every step; the dashed line is the share of all worker time lost.")},
+        {QStringLiteral("staleness"),
+         QStringLiteral("Staleness of an async update: how many updates the server applied "
+                        "between the worker pulling the parameters and pushing its gradient. "
+                        "0 is what sync training always has.")},
+        {QStringLiteral("memory"),
+         QStringLiteral("Peak activation bytes a worker's model held during each step: the "
+                        "buffers really held, so checkpointing's saving is measured.")},
+        {QStringLiteral("throughput"),
+         QStringLiteral("Training samples processed per second by all workers together, over "
+                        "half-second windows.")},
+        {QStringLiteral("timeline"),
+         QStringLiteral("One row per worker: every phase it went through, in time. Wheel: zoom "
+                        "around the cursor. Drag: pan. Shift+drag: summarise a range. "
+                        "Double-click: fit.")},
+    };
+    return help.value(metric);
+}
+
+} // namespace syncopate

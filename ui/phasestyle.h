@@ -1,0 +1,29 @@
+// How each phase looks and what it means. Colours are the Okabe-Ito palette, which stays
+// distinguishable with the common forms of colour blindness; waits are also hatched and delays
+// outlined, so they read in greyscale and on a washed-out projector.
+#pragma once
+
+#include "trace.h"
+
+#include <QBrush>
+#include <QColor>
+#include <QPen>
+#include <QString>
+
+namespace syncopate {
+
+struct PhaseStyle {
+    QColor color;
+    QBrush brush;
+    QPen outline;
+    QString label;
+    QString tooltip;
+};
+
+const PhaseStyle &phaseStyle(Phase p);
+// A colour per worker or run for line charts (cycles through eight).
+QColor seriesColor(int index);
+// A one-paragraph explanation of a metric, for tooltips.
+QString metricHelp(const QString &metric);
+
+} // namespace syncopate

@@ -1,0 +1,154 @@
+#include "runcontroller.h"
+
+#include <QDateTime>
+#include <QDir>
+
+namespace syncopate {
+
+RunController::RunController(QObject *parent) : QObject(parent)
+{
+    m_timer.setInterval(33);
+    connect(&m_timer, &QTimer::timeout, this, &RunController::poll);
+}
+
+RunController::~RunController()
+{
+    if (m_engine) {
+        m_engine->requestStop();
+        m_engine->wait();
+    }
+}
+
+bool RunController::start(const nlohmann::json &config, const QString &label,
+                          const QString &runsDirectory)
+{
+    if (isRunning())
+        return false;
+    PreparedRun prepared;
+    try {
+        prepared = prepareRun(config);
+    } catch (const ConfigError &e) {
+        QStringList fields;
+        for (const auto &f : e.fields())
+            fields << QString::fromStdString(f);
+        Q_EMIT runFailed(QString::fromStdString(e.what()), fields);
+        return false;
+    } catch (const std::exception &e) {
+        Q_EMIT runFailed(QString::fromStdString(e.what()), {});
+        return false;
+    }
+    try {
+        m_engine = std::make_unique<Engine>(prepared.config, prepared.train, prepared.eval);
+    } catch (const std::exception &e) {
+        Q_EMIT runFailed(tr("Cannot start: %1").arg(QString::fromStdString(e.what())), {});
+        return false;
+    }
+    m_run = std::make_shared<RunData>(prepared.config, label);
+    m_seen = 0;
+    m_runsDirectory = runsDirectory;
+    m_allPaused = false;
+    m_engine->start();
+    m_timer.start();
+    Q_EMIT runStarted(m_run);
+    return true;
+}
+
+void RunController::stop()
+{
+    if (m_engine)
+        m_engine->requestStop();
+}
+
+bool RunController::isRunning() const { return m_engine && !m_engine->finished() && m_timer.isActive(); }
+
+void RunController::setSlowdown(int worker, double factor)
+{
+    if (m_engine)
+        m_engine->setSlowdown(worker, factor);
+}
+
+void RunController::setPaused(int worker, bool paused)
+{
+    if (m_engine)
+        m_engine->setPaused(worker, paused);
+}
+
+void RunController::setAllPaused(bool paused)
+{
+    if (!m_engine)
+        return;
+    m_allPaused = paused;
+    for (int w = 0; w < m_engine->config().workers; ++w)
+        m_engine->setPaused(w, paused);
+}
+
+void RunController::poll()
+{
+    if (!m_engine)
+        return;
+    const bool done = m_engine->finished();
+    m_buffer.clear();
+    m_seen = m_engine->events().copySince(m_seen, m_buffer);
+    if (!m_buffer.empty()) {
+        m_run->append(m_buffer);
+        Q_EMIT dataAvailable();
+    }
+    const qint64 step = m_engine->progress();
+    const qint64 total = m_engine->config().steps;
+    const double elapsed = double(m_engine->elapsedNs()) / 1e9;
+    const double perStep = m_engine->config().async() ? 1.0 : double(m_engine->config().workers);
+    const double rate = elapsed > 0 ? double(step) * perStep * m_engine->config().batch / elapsed : 0.0;
+    const double remaining = step > 0 ? elapsed * double(total - step) / double(step) : -1.0;
+    Q_EMIT progressChanged(step, total, rate, elapsed, remaining);
+    if (done)
+        finish();
+}
+
+void RunController::finish()
+{
+    m_timer.stop();
+    const RunArtifacts artifacts = collectRun(*m_engine);
+    m_run->summary = artifacts.metrics.summary;
+    m_run->state = m_engine->state();
+    m_run->error = QString::fromStdString(m_engine->error());
+    // Write the run directory so that nothing seen is lost when the app closes.
+    if (!m_runsDirectory.isEmpty()) {
+        const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
+                             QLatin1Char('-') + QString::fromStdString(artifacts.config.mode);
+        QString dir = QDir(m_runsDirectory).filePath(name);
+        for (int i = 2; QDir(dir).exists(); ++i)
+            dir = QDir(m_runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));
+        try {
+            writeRunDirectory(dir.toStdString(), artifacts);
+            m_run->setDirectory(dir);
+        } catch (const std::exception &e) {
+            Q_EMIT runFailed(tr("The run could not be saved: %1").arg(QString::fromStdString(e.what())), {});
+        }
+    }
+    if (m_run->state == RunState::Failed)
+        Q_EMIT runFailed(m_run->error, {});
+    Q_EMIT runFinished(m_run);
+}
+
+RunDataPtr RunController::openRun(const QString &dir, QString *error)
+{
+    try {
+        const RunArtifacts a = readRunDirectory(dir.toStdString());
+        auto run = std::make_shared<RunData>(a.config, QDir(dir).dirName());
+        run->append(a.records);
+        run->summary = a.metrics.summary;
+        const std::string status = a.metrics.summary.value("status", "finished");
+        run->state = status == "failed" ? RunState::Failed
+                     : status == "stopped" ? RunState::Stopped
+                                           : RunState::Finished;
+        run->error = QString::fromStdString(a.metrics.summary.value("error", ""));
+        run->setDirectory(dir);
+        return run;
+    } catch (const std::exception &e) {
+        if (error)
+            *error = QString::fromStdString(e.what());
+        return nullptr;
+    }
+}
+
+} // namespace syncopate

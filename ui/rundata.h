@@ -1,0 +1,78 @@
+// What the UI knows of one run: the records pulled so far, arranged for drawing (spans per
+// timeline row, sorted by time) and for charts (counters and waits per worker and step). Owned
+// and read by the GUI thread only; the engine is never touched from here.
+#pragma once
+
+#include "config.h"
+#include "engine.h"
+#include "trace.h"
+
+#include <QString>
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <vector>
+
+namespace syncopate {
+
+struct CounterPoint {
+    double tNs;
+    std::uint32_t step;
+    double value;
+};
+
+struct TimelineRow {
+    int worker = 0;
+    bool dataLane = false;   // prefetch lane under the worker's main row
+    std::vector<Record> spans; // sorted by start, non-overlapping
+};
+
+class RunData {
+public:
+    RunData(RunConfig config, QString label);
+
+    const RunConfig &config() const { return m_config; }
+    const QString &label() const { return m_label; }
+    void setLabel(const QString &label) { m_label = label; }
+    QString directory() const { return m_directory; }
+    void setDirectory(const QString &dir) { m_directory = dir; }
+
+    void append(const std::vector<Record> &records);
+
+    const std::vector<TimelineRow> &rows() const { return m_rows; }
+    const std::vector<CounterPoint> &counter(CounterId c, int worker) const;
+    // Wait (barrier, SSP, lock) and injected delay per worker per step, in ms.
+    const std::vector<double> &waitMs(int worker) const { return m_wait[std::size_t(worker)]; }
+    std::int64_t startNs() const { return m_first; }
+    std::int64_t endNs() const { return m_last; }
+    std::size_t spanCount() const { return m_spans; }
+    int workers() const { return m_config.workers; }
+
+    // Time per phase of each worker inside [t0, t1] (main row only), for range summaries.
+    std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1) const;
+    // Samples per second over consecutive windows of windowNs: (window end, rate).
+    std::vector<std::pair<double, double>> throughput(double windowNs) const;
+    std::vector<int> stalenessHistogram() const;
+
+    // Filled when the run has ended (or was loaded from disk).
+    nlohmann::json summary;
+    RunState state = RunState::Running;
+    QString error;
+
+private:
+    TimelineRow &rowFor(int worker, bool dataLane);
+
+    RunConfig m_config;
+    QString m_label;
+    QString m_directory;
+    std::vector<TimelineRow> m_rows;
+    std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
+    std::vector<std::vector<double>> m_wait;
+    std::int64_t m_first = 0, m_last = 0;
+    std::size_t m_spans = 0;
+};
+
+using RunDataPtr = std::shared_ptr<RunData>;
+
+} // namespace syncopate

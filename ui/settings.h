@@ -1,0 +1,28 @@
+// Persistent settings through one table of (key, default): the same table loads and saves, so
+// a value cannot be restored into the wrong field.
+#pragma once
+
+#include <QByteArray>
+#include <QSettings>
+#include <QString>
+#include <QVariant>
+
+namespace syncopate {
+
+struct AppSettings {
+    QString lastExperiment;   // JSON of the form's last config
+    QString lastPreset;
+    QString runsFolder;       // where run directories are written
+    QString exportFolder;
+    QByteArray windowGeometry;
+    QByteArray windowState;
+    bool presentation = false;
+    bool followLive = true;
+
+    static constexpr int kLayoutVersion = 1; // bump when docks or toolbars change
+    static AppSettings defaults();
+    void load(QSettings &s);
+    void save(QSettings &s) const;
+};
+
+} // namespace syncopate

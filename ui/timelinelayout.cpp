@@ -1,0 +1,93 @@
+#include "timelinelayout.h"
+
+#include <algorithm>
+#include <array>
+
+namespace syncopate {
+namespace {
+
+// First span that ends at or after t (ends are sorted too, since spans do not overlap).
+std::size_t firstEndingAfter(const std::vector<Record> &spans, double t, std::size_t from = 0)
+{
+    return std::size_t(std::lower_bound(spans.begin() + std::ptrdiff_t(from), spans.end(), t,
+                                        [](const Record &r, double v) { return double(r.end) < v; }) -
+                       spans.begin());
+}
+
+std::size_t firstStartingAtOrAfter(const std::vector<Record> &spans, double t, std::size_t from)
+{
+    return std::size_t(std::lower_bound(spans.begin() + std::ptrdiff_t(from), spans.end(), t,
+                                        [](const Record &r, double v) { return double(r.start) < v; }) -
+                       spans.begin());
+}
+
+// The phase that covers most of a folded group, from at most 16 evenly spread samples, so a
+// mark costs the same however many spans it hides.
+Phase dominantPhase(const std::vector<Record> &spans, std::size_t first, std::size_t last)
+{
+    std::array<double, std::size_t(Phase::Count)> weight{};
+    const std::size_t n = last - first;
+    const std::size_t samples = std::min<std::size_t>(n, 16);
+    for (std::size_t k = 0; k < samples; ++k) {
+        const Record &r = spans[first + k * n / samples];
+        weight[std::size_t(r.phase())] += double(std::max<std::int64_t>(1, r.duration()));
+    }
+    return Phase(std::max_element(weight.begin(), weight.end()) - weight.begin());
+}
+
+} // namespace
+
+void layoutRow(const std::vector<Record> &spans, const TimeMapping &m, double minWidthPx,
+               std::vector<TimelineMark> &out)
+{
+    const std::size_t n = spans.size();
+    std::size_t i = firstEndingAfter(spans, m.startNs());
+    const double t1 = m.endNs();
+    while (i < n && double(spans[i].start) <= t1) {
+        const Record &r = spans[i];
+        const double x0 = m.toPixel(double(r.start)), x1 = m.toPixel(double(r.end));
+        if (x1 - x0 >= minWidthPx) {
+            out.push_back({x0, x1, r.phase(), 1, i});
+            ++i;
+            continue;
+        }
+        // Fold everything that starts within the next minWidthPx pixels, but leave a wide span
+        // that starts there to be drawn as itself.
+        std::size_t j = firstStartingAtOrAfter(spans, m.toTime(x0 + minWidthPx), i + 1);
+        if (j - 1 > i) {
+            const Record &lastOne = spans[j - 1];
+            if (m.toPixel(double(lastOne.end)) - m.toPixel(double(lastOne.start)) >= minWidthPx)
+                --j;
+        }
+        const std::size_t count = j - i;
+        const double xEnd = m.toPixel(double(spans[j - 1].end));
+        out.push_back({x0, std::max(xEnd, x0 + 1.0),
+                       count == 1 ? r.phase() : dominantPhase(spans, i, j),
+                       std::uint32_t(count), i});
+        i = j;
+    }
+}
+
+std::ptrdiff_t spanAt(const std::vector<Record> &spans, double t, double slackNs)
+{
+    const std::size_t i = firstEndingAfter(spans, t - slackNs);
+    if (i >= spans.size() || double(spans[i].start) > t + slackNs)
+        return -1;
+    // Prefer the span that really contains t over a neighbour within the slack.
+    if (i + 1 < spans.size() && double(spans[i].end) < t && double(spans[i + 1].start) <= t + slackNs)
+        return std::ptrdiff_t(i + 1);
+    return std::ptrdiff_t(i);
+}
+
+std::size_t countSpansIn(const std::vector<Record> &spans, double t0, double t1)
+{
+    const std::size_t a = firstEndingAfter(spans, t0);
+    const std::size_t b = std::size_t(std::upper_bound(spans.begin(), spans.end(), t1,
+                                                       [](double v, const Record &r) {
+                                                           return v < double(r.start);
+                                                       }) -
+                                      spans.begin());
+    return b > a ? b - a : 0;
+}
+
+} // namespace syncopate

@@ -1,0 +1,95 @@
+#include "timelineplottable.h"
+
+#include "phasestyle.h"
+
+namespace syncopate {
+
+// A span narrower than this many pixels is folded with its neighbours.
+constexpr double kMinMarkWidthPx = 3.0;
+
+TimelinePlottable::TimelinePlottable(QCPAxis *keyAxis, QCPAxis *valueAxis)
+    : QCPAbstractPlottable(keyAxis, valueAxis)
+{
+    setAntialiased(false);
+    setSelectable(QCP::stNone);
+}
+
+void TimelinePlottable::setRun(RunDataPtr run) { m_run = std::move(run); }
+
+double TimelinePlottable::rowHalfHeight(std::size_t row) const
+{
+    if (!m_run || row >= m_run->rows().size())
+        return 0.4;
+    return m_run->rows()[row].dataLane ? 0.22 : 0.42;
+}
+
+int TimelinePlottable::rowAt(double value) const
+{
+    if (!m_run)
+        return -1;
+    const int row = int(std::lround(value));
+    if (row < 0 || row >= int(m_run->rows().size()))
+        return -1;
+    return std::abs(value - row) <= rowHalfHeight(std::size_t(row)) ? row : -1;
+}
+
+double TimelinePlottable::selectTest(const QPointF &, bool, QVariant *) const { return -1; }
+
+QCPRange TimelinePlottable::getKeyRange(bool &foundRange, QCP::SignDomain) const
+{
+    foundRange = m_run && m_run->spanCount() > 0;
+    return foundRange ? QCPRange(0, double(m_run->endNs()) / 1e6) : QCPRange(0, 1);
+}
+
+QCPRange TimelinePlottable::getValueRange(bool &foundRange, QCP::SignDomain, const QCPRange &) const
+{
+    foundRange = m_run != nullptr;
+    return foundRange ? QCPRange(-0.6, double(m_run->rows().size()) - 0.4) : QCPRange(0, 1);
+}
+
+void TimelinePlottable::draw(QCPPainter *painter)
+{
+    m_lastMarks = 0;
+    if (!m_run)
+        return;
+    const QRect area = mKeyAxis->axisRect()->rect();
+    const QCPRange keys = mKeyAxis->range();
+    const TimeMapping mapping(keys.lower * 1e6, keys.upper * 1e6, area.left(), area.width());
+    const auto &rows = m_run->rows();
+    const QCPRange values = mValueAxis->range();
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+        const double c = rowCenter(r), h = rowHalfHeight(r);
+        if (c + h < values.lower || c - h > values.upper)
+            continue;
+        const double yTop = mValueAxis->coordToPixel(c - h);
+        const double yBottom = mValueAxis->coordToPixel(c + h);
+        const double top = std::min(yTop, yBottom), height = std::abs(yBottom - yTop);
+        m_marks.clear();
+        layoutRow(rows[r].spans, mapping, kMinMarkWidthPx, m_marks);
+        m_lastMarks += m_marks.size();
+        for (const TimelineMark &mark : m_marks) {
+            const double x0 = std::max(mark.x0, double(area.left()) - 2.0);
+            const double x1 = std::min(mark.x1, double(area.right()) + 2.0);
+            const QRectF rect(x0, top, std::max(1.0, x1 - x0), height);
+            const PhaseStyle &st = phaseStyle(mark.phase);
+            if (mark.phase == Phase::Wait || mark.phase == Phase::Pause)
+                painter->fillRect(rect, QColor(0xEE, 0xEE, 0xEE)); // behind the hatch
+            painter->fillRect(rect, st.brush);
+            // Outlines only where there is room; a delay is always outlined.
+            if (rect.width() >= 5 || mark.phase == Phase::Delay) {
+                QPen pen = st.outline;
+                pen.setWidthF(std::max(1.0, pen.widthF()) * m_lineScale);
+                painter->setPen(pen);
+                painter->setBrush(Qt::NoBrush);
+                painter->drawRect(rect.adjusted(0.5, 0.5, -0.5, -0.5));
+            }
+        }
+    }
+}
+
+void TimelinePlottable::drawLegendIcon(QCPPainter *painter, const QRectF &rect) const
+{
+    painter->fillRect(rect, phaseStyle(Phase::Forward).brush);
+}
+
+} // namespace syncopate

@@ -1,0 +1,241 @@
+#include "timelineview.h"
+
+#include "phaselegend.h"
+#include "phasestyle.h"
+#include "timelineplottable.h"
+
+#include <QToolTip>
+
+namespace syncopate {
+
+TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
+{
+    setNoAntialiasingOnDrag(true);
+    setPlottingHint(QCP::phCacheLabels, true);
+    m_plottable = new TimelinePlottable(xAxis, yAxis);
+    xAxis->setLabel(tr("run time (ms)"));
+    yAxis->setRangeReversed(true);
+    yAxis->grid()->setVisible(false);
+    yAxis->setSubTicks(false);
+    yAxis->setTickLength(0, 0);
+    m_rowTicker.reset(new QCPAxisTickerText);
+    yAxis->setTicker(m_rowTicker);
+    setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    axisRect()->setRangeDrag(Qt::Horizontal);
+    axisRect()->setRangeZoom(Qt::Horizontal);
+    axisRect()->setRangeZoomFactor(0.8);
+
+    plotLayout()->insertRow(0);
+    m_title = new QCPTextElement(this, QString(), QFont(font().family(), font().pointSize() + 2, QFont::Bold));
+    plotLayout()->addElement(0, 0, m_title);
+    legend->setVisible(true);
+    axisRect()->insetLayout()->take(legend);
+    plotLayout()->addElement(2, 0, legend);
+    plotLayout()->setRowStretchFactor(2, 0.001);
+    legend->setFillOrder(QCPLegend::foColumnsFirst);
+    legend->setWrap(12);
+    legend->setBorderPen(Qt::NoPen);
+    legend->setMargins(QMargins(4, 2, 4, 2));
+
+    m_selection = new QCPItemRect(this);
+    m_selection->setPen(QPen(QColor(0, 0, 0, 160), 1, Qt::DashLine));
+    m_selection->setBrush(QColor(255, 220, 0, 50));
+    m_selection->setVisible(false);
+    m_selection->setLayer(QStringLiteral("overlay"));
+    connect(selectionRect(), &QCPSelectionRect::accepted, this, &TimelineView::onSelectionAccepted);
+    setMouseTracking(true);
+    setToolTip(metricHelp(QStringLiteral("timeline")));
+}
+
+void TimelineView::setTitle(const QString &title) { m_title->setText(title); }
+
+void TimelineView::setRun(RunDataPtr run)
+{
+    m_run = std::move(run);
+    m_plottable->setRun(m_run);
+    m_labelledRows = 0;
+    m_selection->setVisible(false);
+    std::vector<Phase> phases;
+    if (m_run) {
+        if (m_run->config().async())
+            phases = {Phase::Pull, Phase::Data, Phase::Forward, Phase::Backward, Phase::Push,
+                      Phase::Wait, Phase::Delay};
+        else
+            phases = {Phase::Data, Phase::Forward, Phase::Backward, Phase::Wait, Phase::Reduce,
+                      Phase::Apply, Phase::Delay};
+        if (m_run->config().checkpoint)
+            phases.insert(phases.begin() + 3, Phase::Recompute);
+        phases.push_back(Phase::Eval);
+        phases.push_back(Phase::Pause);
+    }
+    addPhaseLegend(legend, phases);
+    updateRowLabels();
+    m_follow = true;
+    refresh();
+    fitAll();
+}
+
+void TimelineView::updateRowLabels()
+{
+    m_rowTicker->clear();
+    if (!m_run)
+        return;
+    const auto &rows = m_run->rows();
+    for (std::size_t r = 0; r < rows.size(); ++r)
+        m_rowTicker->addTick(double(r), rows[r].dataLane ? tr("data %1").arg(rows[r].worker)
+                                                         : tr("worker %1").arg(rows[r].worker));
+    m_labelledRows = rows.size();
+    yAxis->setRange(-0.6, double(rows.size()) - 0.4);
+}
+
+void TimelineView::refresh()
+{
+    if (m_run && m_run->rows().size() != m_labelledRows)
+        updateRowLabels();
+    if (m_follow && m_run) {
+        const double end = double(m_run->endNs()) / 1e6;
+        xAxis->setRange(std::max(0.0, end - m_followWindowMs), std::max(end, 1e-3));
+    }
+    replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelineView::setFollowLive(bool follow)
+{
+    if (follow == m_follow)
+        return;
+    m_follow = follow;
+    if (follow)
+        refresh();
+    Q_EMIT followLiveChanged(follow);
+}
+
+void TimelineView::fitAll()
+{
+    const double end = m_run ? double(m_run->endNs()) / 1e6 : 1.0;
+    xAxis->setRange(0, std::max(end, 1e-3));
+    replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelineView::setPresentationScale(double scale)
+{
+    m_plottable->setLineScale(scale);
+    QFont f = font();
+    xAxis->setLabelFont(f);
+    xAxis->setTickLabelFont(f);
+    yAxis->setTickLabelFont(f);
+    legend->setFont(f);
+    legend->setIconSize(int(18 * scale), int(12 * scale));
+    QFont title = f;
+    title.setPointSizeF(f.pointSizeF() + 2);
+    title.setBold(true);
+    m_title->setFont(title);
+    replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelineView::mousePressEvent(QMouseEvent *event)
+{
+    setSelectionRectMode(event->modifiers() & Qt::ShiftModifier ? QCP::srmCustom : QCP::srmNone);
+    if (event->button() == Qt::LeftButton && !(event->modifiers() & Qt::ShiftModifier))
+        setFollowLive(false);
+    QCustomPlot::mousePressEvent(event);
+}
+
+void TimelineView::wheelEvent(QWheelEvent *event)
+{
+    setFollowLive(false);
+    QCustomPlot::wheelEvent(event);
+}
+
+void TimelineView::mouseDoubleClickEvent(QMouseEvent *event)
+{
+    QCustomPlot::mouseDoubleClickEvent(event);
+    setFollowLive(false);
+    fitAll();
+}
+
+void TimelineView::mouseMoveEvent(QMouseEvent *event)
+{
+    QCustomPlot::mouseMoveEvent(event);
+    if (event->buttons() == Qt::NoButton) {
+        const QString text = describeAt(event->pos());
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(event->globalPosition().toPoint(), text, this);
+    }
+}
+
+QString TimelineView::describeAt(const QPoint &pos) const
+{
+    if (!m_run || !axisRect()->rect().contains(pos))
+        return {};
+    const int row = m_plottable->rowAt(yAxis->pixelToCoord(pos.y()));
+    if (row < 0)
+        return {};
+    const auto &spans = m_run->rows()[std::size_t(row)].spans;
+    const double t = xAxis->pixelToCoord(pos.x()) * 1e6;
+    const double nsPerPx = xAxis->range().size() * 1e6 / std::max(1, axisRect()->width());
+    const auto i = spanAt(spans, t, 2 * nsPerPx);
+    if (i < 0)
+        return {};
+    const Record &s = spans[std::size_t(i)];
+    if (double(s.duration()) < 3 * nsPerPx) {
+        const std::size_t n = countSpansIn(spans, t - 1.5 * nsPerPx, t + 1.5 * nsPerPx);
+        if (n > 1)
+            return tr("%1 spans too small to show here: zoom in (mouse wheel) to see them").arg(n);
+    }
+    const PhaseStyle &st = phaseStyle(s.phase());
+    QString text = tr("<b>worker %1: %2</b><br>step %3<br>%4 ms, from %5 ms")
+                       .arg(s.worker)
+                       .arg(st.label)
+                       .arg(s.step)
+                       .arg(double(s.duration()) / 1e6, 0, 'f', 3)
+                       .arg(double(s.start) / 1e6, 0, 'f', 3);
+    if (s.phase() == Phase::Push)
+        text += tr("<br>staleness %1").arg(s.value);
+    else if (s.phase() == Phase::Pull)
+        text += tr("<br>pulled version %1").arg(s.value);
+    else if (s.phase() == Phase::Reduce)
+        text += tr("<br>%1 KiB averaged").arg(s.value / 1024.0, 0, 'f', 1);
+    return text + QStringLiteral("<br><i>") + st.tooltip + QStringLiteral("</i>");
+}
+
+QString TimelineView::summarizeRange(double t0Ms, double t1Ms) const
+{
+    if (!m_run || t1Ms <= t0Ms)
+        return {};
+    const auto shares = m_run->phaseTimeIn(t0Ms * 1e6, t1Ms * 1e6);
+    const double total = (t1Ms - t0Ms) * 1e6;
+    QString text = tr("%1 to %2 ms (%3 ms):").arg(t0Ms, 0, 'f', 1).arg(t1Ms, 0, 'f', 1).arg(t1Ms - t0Ms, 0, 'f', 1);
+    for (std::size_t w = 0; w < shares.size(); ++w) {
+        const auto &a = shares[w];
+        const double wait = a[std::size_t(Phase::Wait)];
+        const double recompute = a[std::size_t(Phase::Recompute)];
+        const double delay = a[std::size_t(Phase::Delay)];
+        double busy = 0;
+        for (Phase p : {Phase::Data, Phase::Forward, Phase::Backward, Phase::Reduce, Phase::Apply,
+                        Phase::Push, Phase::Pull, Phase::Eval})
+            busy += a[std::size_t(p)];
+        text += tr("  w%1 busy %2% wait %3% recompute %4% delay %5%;")
+                    .arg(w)
+                    .arg(100 * busy / total, 0, 'f', 0)
+                    .arg(100 * wait / total, 0, 'f', 0)
+                    .arg(100 * recompute / total, 0, 'f', 0)
+                    .arg(100 * delay / total, 0, 'f', 0);
+    }
+    text.chop(1);
+    return text;
+}
+
+void TimelineView::onSelectionAccepted(const QRect &rect, QMouseEvent *)
+{
+    const double a = xAxis->pixelToCoord(rect.left()), b = xAxis->pixelToCoord(rect.right());
+    const double t0 = std::min(a, b), t1 = std::max(a, b);
+    m_selection->topLeft->setCoords(t0, yAxis->range().lower);
+    m_selection->bottomRight->setCoords(t1, yAxis->range().upper);
+    m_selection->setVisible(true);
+    replot(QCustomPlot::rpQueuedReplot);
+    Q_EMIT rangeSummaryAvailable(summarizeRange(t0, t1));
+}
+
+} // namespace syncopate
