@@ -89,8 +89,8 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     m_charts->setMinimumHeight(200);
     splitter->addWidget(top);
     splitter->addWidget(m_charts);
-    splitter->setStretchFactor(0, 3);
-    splitter->setStretchFactor(1, 2);
+    splitter->setStretchFactor(0, 1);
+    splitter->setStretchFactor(1, 1);
     layout->addWidget(splitter, 1);
     setCentralWidget(central);
 
@@ -161,6 +161,7 @@ void MainWindow::createDocks()
     formLayout->addWidget(m_form, 1);
     formLayout->addWidget(runButton);
     formDock->setWidget(formPage);
+    formPage->setMinimumWidth(360);
     addDockWidget(Qt::LeftDockWidgetArea, formDock);
     connect(m_form, &ExperimentForm::workersChanged, this, [this](int n) {
         if (!m_controller->isRunning())
@@ -187,6 +188,7 @@ void MainWindow::createDocks()
                              "show it; check others to overlay their loss, memory and throughput."));
     runsDock->setWidget(m_runList);
     addDockWidget(Qt::RightDockWidgetArea, runsDock);
+    resizeDocks({runsDock}, {240}, Qt::Horizontal);
     connect(m_runList, &QListWidget::currentRowChanged, this, [this](int row) {
         if (row >= 0 && row < int(m_runs.size()) && !m_controller->isRunning())
             showRun(m_runs[std::size_t(row)]);
@@ -386,6 +388,9 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
     m_progress->setRange(0, 1000);
     m_progress->setValue(run->state == RunState::Finished ? 1000 : m_progress->value());
     addRunToList(run);
+    // The whole run, now that it has ended.
+    if (m_timeline->followLive())
+        m_timeline->fitAll();
     m_timeline->refresh();
     m_charts->refresh();
     rebuildWorkerControls(m_form->workers(), false);

@@ -92,7 +92,7 @@ void TimelineView::refresh()
 {
     if (m_run && m_run->rows().size() != m_labelledRows)
         updateRowLabels();
-    if (m_follow && m_run) {
+    if (m_follow && m_run && m_run->state == RunState::Running) {
         const double end = double(m_run->endNs()) / 1e6;
         xAxis->setRange(std::max(0.0, end - m_followWindowMs), std::max(end, 1e-3));
     }

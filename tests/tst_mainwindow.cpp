@@ -1,0 +1,192 @@
+// The main window on the offscreen platform: a preset runs to the end, every chart gets data,
+// exports have the requested size and are not blank, bad input lands in the banner with the
+// field marked, and a saved run opens again as it was.
+#include "charts.h"
+#include "experimentform.h"
+#include "mainwindow.h"
+#include "runcontroller.h"
+#include "timelineplottable.h"
+#include "timelineview.h"
+
+#include <QLineEdit>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <qcustomplot.h>
+
+using namespace syncopate;
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase();
+    void runsAPresetToTheEnd();
+    void exportsEveryFormat_data();
+    void exportsEveryFormat();
+    void asyncRunFillsStaleness();
+    void badConfigGoesToTheBanner();
+    void openRunShowsItAgain();
+    void presentationModeScalesFonts();
+
+private:
+    static bool runWith(MainWindow &w, const QString &preset, int steps);
+    static int distinctColours(const QImage &image);
+    QTemporaryDir m_dir;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestMainWindow::initTestCase()
+{
+    QStandardPaths::setTestModeEnabled(true);
+    QVERIFY(m_dir.isValid());
+    m_window = std::make_unique<MainWindow>();
+    m_window->settings().runsFolder = m_dir.filePath(QStringLiteral("runs"));
+    m_window->resize(1400, 900);
+    m_window->show();
+}
+
+bool TestMainWindow::runWith(MainWindow &w, const QString &preset, int steps)
+{
+    w.selectPreset(preset);
+    static_cast<QSpinBox *>(w.form()->field(QStringLiteral("train.steps")))->setValue(steps);
+    static_cast<QSpinBox *>(w.form()->field(QStringLiteral("eval.every")))->setValue(10);
+    QSignalSpy finished(&w, &MainWindow::runFinished);
+    if (!w.startRun())
+        return false;
+    return finished.wait(60000);
+}
+
+int TestMainWindow::distinctColours(const QImage &image)
+{
+    QSet<QRgb> colours;
+    for (int y = 0; y < image.height(); y += 3)
+        for (int x = 0; x < image.width(); x += 3)
+            colours.insert(image.pixel(x, y));
+    return int(colours.size());
+}
+
+void TestMainWindow::runsAPresetToTheEnd()
+{
+    MainWindow &w = *m_window;
+    QVERIFY(runWith(w, QStringLiteral("straggler-sync"), 30));
+    QCOMPARE(int(w.runs().size()), 1);
+    const RunDataPtr run = w.runs().back();
+    QCOMPARE(run->state, RunState::Finished);
+    QVERIFY(run->spanCount() > 4u * 30u * 6u);
+    QVERIFY(!run->directory().isEmpty());
+    QVERIFY(QFile::exists(run->directory() + QStringLiteral("/trace.json")));
+    QVERIFY(w.bannerText().isEmpty());
+    // Every chart that applies to sync has data.
+    QVERIFY(w.charts()->lossPlot()->graph(0)->dataCount() >= 30);
+    QVERIFY(w.charts()->stallPlot()->graph(0)->dataCount() >= 30);
+    QVERIFY(w.charts()->memoryPlot()->graph(0)->dataCount() >= 30);
+    QVERIFY(w.charts()->throughputPlot()->graph(0)->dataCount() >= 1);
+    // The straggler (worker 3) waits least.
+    double fast = 0, slow = 0;
+    for (double v : run->waitMs(0))
+        fast += v;
+    for (double v : run->waitMs(3))
+        slow += v;
+    QVERIFY2(fast > slow, qPrintable(QStringLiteral("worker 0 waited %1 ms, worker 3 %2 ms").arg(fast).arg(slow)));
+    // The timeline drew something.
+    w.timeline()->replot();
+    QVERIFY(w.timeline()->plottable_()->lastMarkCount() > 0);
+}
+
+void TestMainWindow::exportsEveryFormat_data()
+{
+    QTest::addColumn<QString>("view");
+    QTest::addColumn<QString>("suffix");
+    for (const char *view : {"timeline", "loss", "stalls", "memory", "throughput"})
+        for (const char *suffix : {"png", "svg", "pdf"})
+            QTest::newRow(qPrintable(QStringLiteral("%1.%2").arg(QLatin1String(view), QLatin1String(suffix))))
+                << QString::fromLatin1(view) << QString::fromLatin1(suffix);
+}
+
+void TestMainWindow::exportsEveryFormat()
+{
+    QFETCH(QString, view);
+    QFETCH(QString, suffix);
+    const QString path = m_dir.filePath(view + QLatin1Char('.') + suffix);
+    QVERIFY(m_window->exportView(view, path, QSize(1200, 600), 1.0));
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QByteArray bytes = f.readAll();
+    if (suffix == QLatin1String("png")) {
+        const QImage image(path);
+        QCOMPARE(image.size(), QSize(1200, 600));
+        QVERIFY2(distinctColours(image) > 8, "the image is blank");
+    } else if (suffix == QLatin1String("svg")) {
+        QVERIFY(bytes.contains("<svg"));
+        QVERIFY(bytes.contains("width=\"1200"));
+        QVERIFY(bytes.size() > 5000);
+    } else {
+        QVERIFY(bytes.startsWith("%PDF"));
+        QVERIFY(bytes.size() > 3000);
+    }
+}
+
+void TestMainWindow::asyncRunFillsStaleness()
+{
+    MainWindow &w = *m_window;
+    QVERIFY(runWith(w, QStringLiteral("straggler-async"), 80));
+    const RunDataPtr run = w.runs().back();
+    QCOMPARE(run->state, RunState::Finished);
+    QVERIFY(!run->stalenessHistogram().empty());
+    auto *bars = qobject_cast<QCPBars *>(w.charts()->stalenessPlot()->plottable(0));
+    QVERIFY(bars && bars->dataCount() > 0);
+}
+
+void TestMainWindow::badConfigGoesToTheBanner()
+{
+    MainWindow &w = *m_window;
+    w.selectPreset(QStringLiteral("default"));
+    auto *layers = qobject_cast<QLineEdit *>(w.form()->field(QStringLiteral("model.layers")));
+    QVERIFY(layers);
+    layers->setText(QStringLiteral("64, 512, x"));
+    const std::size_t before = w.runs().size();
+    QVERIFY(!w.startRun());
+    QVERIFY2(w.bannerText().contains(QStringLiteral("model.layers")), qPrintable(w.bannerText()));
+    QVERIFY(layers->property("configError").toBool());
+    QCOMPARE(w.runs().size(), before);
+
+    // A missing IDX file: named in the banner, nothing crashes.
+    w.selectPreset(QStringLiteral("default"));
+    nlohmann::json j = w.form()->toJson();
+    j["data.source"] = "idx";
+    j["data.images"] = "/nonexistent/images.idx";
+    j["data.labels"] = "/nonexistent/labels.idx";
+    j["model.layers"] = nlohmann::json::array({784, 10});
+    w.form()->setFromJson(j);
+    QVERIFY(!w.startRun());
+    QVERIFY2(w.bannerText().contains(QStringLiteral("/nonexistent/images.idx")), qPrintable(w.bannerText()));
+}
+
+void TestMainWindow::openRunShowsItAgain()
+{
+    MainWindow &w = *m_window;
+    const RunDataPtr original = w.runs().front();
+    QVERIFY(w.openRun(original->directory()));
+    const RunDataPtr opened = w.runs().back();
+    QCOMPARE(opened->spanCount(), original->spanCount());
+    QCOMPARE(opened->workers(), original->workers());
+    QCOMPARE(opened->counter(CounterId::Loss, 2).size(), original->counter(CounterId::Loss, 2).size());
+    QCOMPARE(opened->waitMs(1).size(), original->waitMs(1).size());
+    QVERIFY(!w.openRun(m_dir.filePath(QStringLiteral("nothing-here"))));
+    QVERIFY(w.bannerText().contains(QStringLiteral("not a directory")));
+}
+
+void TestMainWindow::presentationModeScalesFonts()
+{
+    const qreal before = QApplication::font().pointSizeF();
+    m_window->setPresentationMode(true);
+    QVERIFY(QApplication::font().pointSizeF() > before * 1.5);
+    m_window->setPresentationMode(false);
+    QCOMPARE(QApplication::font().pointSizeF(), before);
+}
+
+QTEST_MAIN(TestMainWindow)
+#include "tst_mainwindow.moc"
