@@ -28,7 +28,12 @@ int main(int argc, char **argv)
                                         QStringLiteral("Save a screenshot of the window to FILE when the run "
                                                        "has ended (or once DIR is open), then quit."),
                                         QStringLiteral("FILE"));
-    parser.addOptions({preset, config, start, open, screenshot});
+    const QCommandLineOption delay(QStringLiteral("screenshot-after"),
+                                   QStringLiteral("Take the screenshot MS milliseconds after start instead "
+                                                  "(to show a run in progress)."),
+                                   QStringLiteral("MS"));
+    const QCommandLineOption presentation(QStringLiteral("presentation"), QStringLiteral("Start in presentation mode."));
+    parser.addOptions({preset, config, start, open, screenshot, delay, presentation});
     parser.process(app);
 
     MainWindow window;
@@ -36,16 +41,28 @@ int main(int argc, char **argv)
         window.selectPreset(parser.value(preset));
     if (parser.isSet(config))
         window.loadConfigFile(parser.value(config));
+    if (parser.isSet(presentation))
+        window.setPresentationMode(true);
     window.show();
 
     const QString shot = parser.value(screenshot);
+    const int after = parser.value(delay).toInt();
     auto grab = [&window, shot] {
         QTimer::singleShot(600, &window, [&window, shot] {
             window.grab().save(shot);
             QApplication::quit();
         });
     };
-    if (parser.isSet(open)) {
+    if (!shot.isEmpty() && after > 0) {
+        QTimer::singleShot(after, &window, [&window, shot] {
+            window.grab().save(shot);
+            QApplication::quit();
+        });
+        if (parser.isSet(start))
+            QTimer::singleShot(0, &window, [&window] { window.startRun(); });
+        if (parser.isSet(open))
+            window.openRun(parser.value(open));
+    } else if (parser.isSet(open)) {
         window.openRun(parser.value(open));
         if (!shot.isEmpty())
             grab();

@@ -145,6 +145,7 @@ void Engine::start()
 {
     if (m_state.load() != RunState::Idle)
         return;
+    m_clock.restart(); // time 0 is the start, not the construction of the replicas
     m_state = RunState::Running;
     m_running = int(m_workers.size());
     m_supervisor = std::thread([this] { supervise(); });

@@ -63,6 +63,8 @@ static_assert(sizeof(Record) == 32, "a record is 32 bytes: keep rings and the st
 class RunClock {
 public:
     RunClock() : m_origin(std::chrono::steady_clock::now()) {}
+    // Time 0 becomes now; only before anyone records.
+    void restart() { m_origin = std::chrono::steady_clock::now(); }
     std::int64_t now() const
     {
         return std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -402,8 +402,21 @@ void ChartsWidget::fillMemory()
             x /= 1024.0;
         graph(tr("%1: %2").arg(run.label(), modeLabel(run)), seriesColor(int(i) + 5), 2.5)->setData(steps, v, true);
     }
+    // For a checkpointed run, what the same model holds without checkpointing: the z and a of
+    // every hidden layer and the logits (the arithmetic the plain model's counter measures).
+    if (m_current && m_current->config().checkpoint) {
+        const auto &c = m_current->config();
+        double bytes = 0;
+        for (std::size_t l = 1; l < c.layers.size(); ++l)
+            bytes += double(c.batch) * c.layers[l] * 4.0 * (l + 1 < c.layers.size() ? 2 : 1);
+        const auto &pts = m_current->counter(CounterId::ActivationBytes, 0);
+        const double last = pts.empty() ? 1.0 : double(pts.back().step);
+        QCPGraph *ref = graph(tr("without checkpointing (same model, computed)"), Qt::black, 1.5);
+        ref->setPen(QPen(Qt::black, 1.5 * m_scale, Qt::DashLine));
+        ref->setData(QVector<double>{0.0, last}, QVector<double>{bytes / 1024.0, bytes / 1024.0}, true);
+    }
     p->rescaleAxes();
-    p->yAxis->setRangeLower(0);
+    p->yAxis->setRange(0, p->yAxis->range().upper * 1.15);
 }
 
 void ChartsWidget::fillThroughput()

@@ -172,6 +172,16 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     addField(train, "eval.samples", evalSamples, tr("Held-out samples"));
     innerLayout->addStretch();
 
+    // checkpointed mode is sync with checkpointing: show it, and keep it from being unticked.
+    auto *mode = static_cast<QComboBox *>(m_fields.value(QStringLiteral("mode")));
+    auto *checkpoint = static_cast<QCheckBox *>(m_fields.value(QStringLiteral("model.checkpoint")));
+    connect(mode, &QComboBox::currentTextChanged, this, [checkpoint](const QString &m) {
+        const bool implied = m == QLatin1String("checkpointed");
+        if (implied)
+            checkpoint->setChecked(true);
+        checkpoint->setEnabled(!implied);
+    });
+
     m_presets = listPresets();
     for (const auto &p : m_presets)
         m_preset->addItem(QString::fromStdString(p.title), QString::fromStdString(p.name));

@@ -91,6 +91,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     splitter->addWidget(m_charts);
     splitter->setStretchFactor(0, 1);
     splitter->setStretchFactor(1, 1);
+    splitter->setSizes({480, 420});
     layout->addWidget(splitter, 1);
     setCentralWidget(central);
 
@@ -187,8 +188,8 @@ void MainWindow::createDocks()
     m_runList->setToolTip(tr("The runs of this session and runs opened from disk. Select one to "
                              "show it; check others to overlay their loss, memory and throughput."));
     runsDock->setWidget(m_runList);
-    addDockWidget(Qt::RightDockWidgetArea, runsDock);
-    resizeDocks({runsDock}, {240}, Qt::Horizontal);
+    addDockWidget(Qt::LeftDockWidgetArea, runsDock);
+    resizeDocks({formDock, workerDock, runsDock}, {560, 170, 120}, Qt::Vertical);
     connect(m_runList, &QListWidget::currentRowChanged, this, [this](int row) {
         if (row >= 0 && row < int(m_runs.size()) && !m_controller->isRunning())
             showRun(m_runs[std::size_t(row)]);
