@@ -329,21 +329,35 @@ void ChartsWidget::fillStaleness()
         return;
     const RunData &run = *m_current;
     QCPBars *bars = nullptr;
+    // Histogram on the left, staleness over time on the right, each with its own axes.
+    QCPAxisRect *timeRect = p->axisRectCount() > 1 ? p->axisRect(1) : nullptr;
+    if (!timeRect) {
+        // Both rects share row 1 through a sub-grid, so the title above spans them.
+        timeRect = new QCPAxisRect(p);
+        QCPAxisRect *main = p->axisRect(0);
+        p->plotLayout()->take(main);
+        p->plotLayout()->simplify();
+        auto *row = new QCPLayoutGrid;
+        p->plotLayout()->addElement(1, 0, row);
+        row->addElement(0, 0, main);
+        row->addElement(0, 1, timeRect);
+        timeRect->axis(QCPAxis::atBottom)->setLabel(tr("run time (ms)"));
+        timeRect->axis(QCPAxis::atLeft)->setLabel(tr("staleness of each update"));
+        timeRect->setRangeDrag(Qt::Horizontal | Qt::Vertical);
+        timeRect->setRangeZoom(Qt::Horizontal | Qt::Vertical);
+    }
     if (p->plottableCount() == 0) {
         bars = new QCPBars(p->xAxis, p->yAxis);
         bars->setName(tr("updates with this staleness"));
         bars->setBrush(seriesColor(0));
         bars->setPen(QPen(seriesColor(0).darker(130)));
+        QCPAxis *tx = timeRect->axis(QCPAxis::atBottom), *ty = timeRect->axis(QCPAxis::atLeft);
         for (int w = 0; w < run.workers(); ++w) {
-            QCPGraph *g = p->addGraph(p->xAxis2, p->yAxis2);
-            g->setName(tr("worker %1 over time (top/right axes)").arg(w));
+            QCPGraph *g = p->addGraph(tx, ty);
+            g->setName(tr("worker %1 over time").arg(w));
             g->setLineStyle(QCPGraph::lsNone);
-            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, seriesColor(w), 4 * m_scale));
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, seriesColor(w), 5 * m_scale));
         }
-        p->xAxis2->setVisible(true);
-        p->yAxis2->setVisible(true);
-        p->xAxis2->setLabel(tr("run time (ms)"));
-        p->yAxis2->setLabel(tr("staleness"));
     } else {
         bars = qobject_cast<QCPBars *>(p->plottable(0));
     }
@@ -368,6 +382,14 @@ void ChartsWidget::fillStaleness()
     p->rescaleAxes();
     if (none)
         p->xAxis->setRange(-0.5, 5);
+    else
+        p->xAxis->setRange(-0.7, double(hist.size()) - 0.3);
+    int most = 1;
+    for (int h : hist)
+        most = std::max(most, h);
+    p->yAxis->setRange(0, most * 1.12);
+    QCPAxis *ty = timeRect->axis(QCPAxis::atLeft);
+    ty->setRange(-0.5, ty->range().upper + 1);
 }
 
 void ChartsWidget::fillMemory()
