@@ -1,6 +1,39 @@
 #include "trace.h"
 
+#include <fstream>
+#include <string>
+
 namespace syncopate {
+
+double tscNanosecondsPerTick()
+{
+    static const double value = [] {
+#if defined(__x86_64__)
+        // Only a counter that ticks at a constant rate through every power state will do.
+        std::ifstream cpuinfo("/proc/cpuinfo");
+        std::string line;
+        bool constant = false, nonstop = false;
+        while (std::getline(cpuinfo, line))
+            if (line.rfind("flags", 0) == 0) {
+                constant = line.find(" constant_tsc") != std::string::npos;
+                nonstop = line.find(" nonstop_tsc") != std::string::npos;
+                break;
+            }
+        if (!constant || !nonstop)
+            return 0.0;
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::uint64_t c0 = readTsc();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const auto t1 = std::chrono::steady_clock::now();
+        const std::uint64_t c1 = readTsc();
+        const double ns = double(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+        return c1 > c0 ? ns / double(c1 - c0) : 0.0;
+#else
+        return 0.0;
+#endif
+    }();
+    return value;
+}
 
 const char *phaseName(Phase p)
 {

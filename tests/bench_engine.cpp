@@ -143,7 +143,7 @@ void spanCost()
 void modes()
 {
     std::printf("modes: 4 workers, 32-512-512-512-512-10 MLP, batch 64, 150 steps, blobs\n");
-    std::printf("  %-26s %10s %8s %10s %10s %12s %10s\n", "mode", "samples/s", "stall",
+    std::printf("  %-30s %10s %8s %10s %10s %12s %10s\n", "mode", "samples/s", "stall",
                 "stale avg", "stale max", "peak act KiB", "recompute");
     for (const char *straggler : {"none", "3x"}) {
         for (const char *mode : {"sync", "async", "checkpointed"}) {
@@ -160,7 +160,7 @@ void modes()
             e.wait();
             const auto s = collectRun(e).metrics.summary;
             const std::string label = std::string(mode) + ", straggler " + straggler;
-            std::printf("  %-26s %10.0f %7.1f%% %10.2f %10lld %12.0f %9.1f%%\n", label.c_str(),
+            std::printf("  %-30s %10.0f %7.1f%% %10.2f %10lld %12.0f %9.1f%%\n", label.c_str(),
                         s["samples_per_s"].get<double>(), 100 * s["stall_fraction"].get<double>(),
                         s["staleness_mean"].get<double>(), (long long)s["staleness_max"].get<std::int64_t>(),
                         s["peak_activation_bytes"].get<double>() / 1024,

@@ -14,7 +14,24 @@ private Q_SLOTS:
     void ringKeepsOrderAcrossThreads();
     void scopedSpanRecordsItsPhase();
     void storeHandsOutWhatIsNew();
+    void runClockAgreesWithTheSteadyClock();
 };
+
+void TestTrace::runClockAgreesWithTheSteadyClock()
+{
+    // Both clocks measure the same interval, so the comparison does not depend on how long the
+    // sleep really took.
+    RunClock clock;
+    const auto s0 = std::chrono::steady_clock::now();
+    const std::int64_t r0 = clock.now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    const std::int64_t r1 = clock.now();
+    const auto s1 = std::chrono::steady_clock::now();
+    const double steady = double(std::chrono::duration_cast<std::chrono::nanoseconds>(s1 - s0).count());
+    QVERIFY(r1 > r0);
+    QVERIFY2(std::abs(double(r1 - r0) - steady) < 0.02 * steady + 2e5,
+             qPrintable(QStringLiteral("run clock %1 ns, steady clock %2 ns").arg(r1 - r0).arg(steady)));
+}
 
 void TestTrace::recordPacksKindLaneAndPhase()
 {
