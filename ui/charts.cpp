@@ -235,10 +235,28 @@ void ChartsWidget::fillLoss()
     };
     if (m_current) {
         const RunData &run = *m_current;
+        // In async mode a worker's own step count means little: place each loss at the server
+        // update its gradient became, the same axis as the held-out evaluations.
+        const bool async = run.config().async();
+        if (async && !time)
+            p->xAxis->setLabel(tr("server update"));
         for (int w = 0; w < run.workers(); ++w) {
             QVector<double> x, y;
+            std::vector<double> versionOf;
+            if (async)
+                for (const auto &v : run.counter(CounterId::Version, w)) {
+                    if (versionOf.size() <= v.step)
+                        versionOf.resize(v.step + 1, -1.0);
+                    versionOf[v.step] = v.value;
+                }
             for (const auto &pt : run.counter(CounterId::Loss, w)) {
-                x.push_back(time ? pt.tNs / 1e6 : double(pt.step));
+                double key = time ? pt.tNs / 1e6 : double(pt.step);
+                if (async && !time) {
+                    if (pt.step >= versionOf.size() || versionOf[pt.step] < 0)
+                        continue; // not applied (yet, or ever: the run ended first)
+                    key = versionOf[pt.step];
+                }
+                x.push_back(key);
                 y.push_back(pt.value);
             }
             graph(tr("worker %1").arg(w), seriesColor(w), 1.2, Qt::SolidLine)->setData(x, smooth(y, window), true);

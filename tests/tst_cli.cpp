@@ -1,0 +1,91 @@
+// syncopate-cli as a user drives it: Ctrl-C stops a run and still writes it, bad input exits 2
+// with the key named and writes nothing, presets and validate answer.
+#include <QDir>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <csignal>
+
+class TestCli : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void interruptStopsAndKeepsTheRun();
+    void badSetWritesNothing();
+    void validateNamesTheKey();
+    void presetsAreListed();
+
+private:
+    static QProcess *start(const QStringList &args);
+};
+
+QProcess *TestCli::start(const QStringList &args)
+{
+    auto *p = new QProcess;
+    p->start(QStringLiteral(SYNCOPATE_CLI), args);
+    return p;
+}
+
+void TestCli::interruptStopsAndKeepsTheRun()
+{
+    QTemporaryDir dir;
+    const QString out = dir.filePath(QStringLiteral("stopped"));
+    std::unique_ptr<QProcess> p(start({QStringLiteral("run"), QStringLiteral("--set"), QStringLiteral("train.steps=100000000"),
+                                       QStringLiteral("--out"), out}));
+    QVERIFY(p->waitForStarted());
+    QTest::qWait(1500);
+    ::kill(pid_t(p->processId()), SIGINT);
+    QVERIFY(p->waitForFinished(30000));
+    QCOMPARE(p->exitCode(), 130);
+    QFile summary(out + QStringLiteral("/summary.json"));
+    QVERIFY(summary.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(summary.readAll()).object();
+    QCOMPARE(s.value(QStringLiteral("status")).toString(), QStringLiteral("stopped"));
+    QVERIFY(s.value(QStringLiteral("steps_completed")).toInt() > 0);
+    for (const char *f : {"trace.json", "metrics.csv", "config.json", "params-final.safetensors"})
+        QVERIFY2(QFile::exists(out + QLatin1Char('/') + QLatin1String(f)), f);
+}
+
+void TestCli::badSetWritesNothing()
+{
+    QTemporaryDir dir;
+    const QString out = dir.filePath(QStringLiteral("never"));
+    std::unique_ptr<QProcess> p(start({QStringLiteral("run"), QStringLiteral("--set"), QStringLiteral("train.optimiser=adam"),
+                                       QStringLiteral("--out"), out}));
+    QVERIFY(p->waitForFinished(30000));
+    QCOMPARE(p->exitCode(), 2);
+    const QString err = QString::fromUtf8(p->readAllStandardError());
+    QVERIFY2(err.contains(QStringLiteral("unknown key \"train.optimiser\" (did you mean \"train.optimizer\"?)")), qPrintable(err));
+    QVERIFY(!QDir(out).exists());
+}
+
+void TestCli::validateNamesTheKey()
+{
+    QTemporaryDir dir;
+    const QString file = dir.filePath(QStringLiteral("bad.json"));
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("{\"workers\": 0, \"train\": {\"lr\": -1}}");
+    f.close();
+    std::unique_ptr<QProcess> p(start({QStringLiteral("validate"), file}));
+    QVERIFY(p->waitForFinished(30000));
+    QCOMPARE(p->exitCode(), 2);
+    const QString err = QString::fromUtf8(p->readAllStandardError());
+    QVERIFY2(err.contains(QStringLiteral("workers = 0")) && err.contains(QStringLiteral("train.lr = -1")), qPrintable(err));
+}
+
+void TestCli::presetsAreListed()
+{
+    std::unique_ptr<QProcess> p(start({QStringLiteral("presets")}));
+    QVERIFY(p->waitForFinished(30000));
+    QCOMPARE(p->exitCode(), 0);
+    const QString text = QString::fromUtf8(p->readAllStandardOutput());
+    for (const char *name : {"default", "straggler-sync", "straggler-async", "bounded-staleness", "checkpointing", "fashion-mnist"})
+        QVERIFY2(text.contains(QLatin1String(name)), name);
+}
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"
