@@ -73,6 +73,30 @@ void meanPerStep(const RunData &run, CounterId id, QVector<double> &steps, QVect
         }
 }
 
+// Hands out a chart's graphs in order, creating each the first time: graphs are made once per
+// set of runs and only refilled on later updates.
+class GraphSlots {
+public:
+    GraphSlots(QCustomPlot *plot, double scale) : m_plot(plot), m_scale(scale) {}
+    QCPGraph *next(const QString &name, QColor color, double width,
+                   QCPGraph::LineStyle style = QCPGraph::lsLine, Qt::PenStyle pen = Qt::SolidLine)
+    {
+        if (m_next >= m_plot->graphCount()) {
+            QCPGraph *g = m_plot->addGraph();
+            g->setName(name);
+            g->setPen(QPen(color, width * m_scale, pen));
+            g->setLineStyle(style);
+            g->setAdaptiveSampling(true);
+        }
+        return m_plot->graph(m_next++);
+    }
+
+private:
+    QCustomPlot *m_plot;
+    double m_scale;
+    int m_next = 0;
+};
+
 } // namespace
 
 void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
@@ -223,15 +247,9 @@ void ChartsWidget::fillLoss()
         p->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
     else
         p->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
-    int g = 0;
+    GraphSlots slots_(p, m_scale);
     auto graph = [&](const QString &name, QColor color, double width, Qt::PenStyle style) {
-        if (g >= p->graphCount()) {
-            QCPGraph *gr = p->addGraph();
-            gr->setName(name);
-            gr->setPen(QPen(color, width * m_scale, style));
-            gr->setAdaptiveSampling(true);
-        }
-        return p->graph(g++);
+        return slots_.next(name, color, width, QCPGraph::lsLine, style);
     };
     if (m_current) {
         const RunData &run = *m_current;
@@ -413,15 +431,9 @@ void ChartsWidget::fillStaleness()
 void ChartsWidget::fillMemory()
 {
     QCustomPlot *p = m_memory;
-    int g = 0;
+    GraphSlots slots_(p, m_scale);
     auto graph = [&](const QString &name, QColor c, double width) {
-        if (g >= p->graphCount()) {
-            QCPGraph *gr = p->addGraph();
-            gr->setName(name);
-            gr->setPen(QPen(c, width * m_scale));
-            gr->setLineStyle(QCPGraph::lsStepLeft);
-        }
-        return p->graph(g++);
+        return slots_.next(name, c, width, QCPGraph::lsStepLeft);
     };
     if (m_current) {
         const RunData &run = *m_current;
@@ -462,15 +474,8 @@ void ChartsWidget::fillMemory()
 void ChartsWidget::fillThroughput()
 {
     QCustomPlot *p = m_throughput;
-    int g = 0;
-    auto graph = [&](const QString &name, QColor c, double width) {
-        if (g >= p->graphCount()) {
-            QCPGraph *gr = p->addGraph();
-            gr->setName(name);
-            gr->setPen(QPen(c, width * m_scale));
-        }
-        return p->graph(g++);
-    };
+    GraphSlots slots_(p, m_scale);
+    auto graph = [&](const QString &name, QColor c, double width) { return slots_.next(name, c, width); };
     auto fill = [&](const RunData &run, const QString &name, QColor c, double width) {
         QVector<double> x, y;
         for (const auto &[t, rate] : run.throughput(5e8)) {
