@@ -148,7 +148,8 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     m_smoothing->setSuffix(tr(" steps"));
     m_smoothing->setToolTip(tr("Trailing mean over this many points (1 = raw)."));
     m_logLoss = new QCheckBox(tr("log scale"));
-    m_logLoss->setToolTip(tr("Logarithmic loss axis."));
+    m_logLoss->setToolTip(tr("Logarithmic loss axis: late progress stays visible."));
+    m_logLoss->setChecked(true);
     options->addWidget(m_lossAxis);
     options->addWidget(m_smoothing);
     options->addWidget(m_logLoss);
