@@ -483,6 +483,18 @@ void MainWindow::setPresentationMode(bool on)
     QApplication::setFont(f);
     m_timeline->setFont(f);
     m_charts->setFont(f);
+    // The style gives dock titles and menus fonts of their own; scale them too.
+    QList<QDockWidget *> left;
+    for (QDockWidget *d : findChildren<QDockWidget *>()) {
+        d->setFont(f);
+        if (dockWidgetArea(d) == Qt::LeftDockWidgetArea)
+            left << d;
+    }
+    // Larger text needs a wider form, or its fields are cut.
+    if (!left.isEmpty())
+        resizeDocks(left, QList<int>(left.size(), int(380 * scale)), Qt::Horizontal);
+    menuBar()->setFont(f);
+    statusBar()->setFont(f);
     m_timeline->setPresentationScale(scale);
     m_charts->setPresentationScale(scale);
     m_settings.presentation = on;

@@ -35,7 +35,9 @@ const PhaseStyle &phaseStyle(Phase p)
             "Async: sending the gradient to the server, which applies it at once.");
         set(Phase::Pull, QColor(0xF0, 0xE4, 0x42), "pull",
             "Async: copying the server's parameters and their version.");
-        set(Phase::Apply, QColor(0xD5, 0x5E, 0x00), "apply", "Optimizer update of the replica.");
+        // Apply shares pull's yellow: apply is sync only, pull async only, and vermillion is
+        // kept for the outline of injected delays.
+        set(Phase::Apply, QColor(0xF0, 0xE4, 0x42), "apply", "Optimizer update of the replica.");
         set(Phase::Delay, QColor(0xFF, 0xFF, 0xFF), "delay",
             "Injected straggler delay (workers_slowdown, jitter): shown, never hidden in compute.");
         set(Phase::Eval, QColor(0x33, 0x33, 0x33), "eval", "Evaluating held-out data.");

@@ -125,6 +125,7 @@ void TimelineView::setPresentationScale(double scale)
     yAxis->setTickLabelFont(f);
     legend->setFont(f);
     legend->setIconSize(int(18 * scale), int(12 * scale));
+    legend->setWrap(scale > 1.2 ? 6 : 12); // larger text: two rows rather than clipped labels
     QFont title = f;
     title.setPointSizeF(f.pointSizeF() + 2);
     title.setBold(true);
