@@ -116,9 +116,7 @@ bool writeImages(const RunArtifacts &run, const std::string &dir)
     static char name[] = "syncopate-cli";
     static char *argv[] = {name, nullptr};
     QApplication app(argc, argv);
-    auto data = std::make_shared<RunData>(run.config, QDir(QString::fromStdString(dir)).dirName());
-    data->append(run.records);
-    data->summary = run.metrics.summary;
+    const auto data = RunData::fromArtifacts(run, QDir(QString::fromStdString(dir)).dirName());
     QString error;
     const QStringList files = renderRunImages(data, QString::fromStdString(dir), QSize(1600, 800), &error);
     if (files.size() < 6) {

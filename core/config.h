@@ -77,6 +77,9 @@ struct RunConfig {
     bool classification() const { return source != "teacher"; }
     int inputWidth() const { return layers.front(); }
     int outputWidth() const { return layers.back(); }
+    // Samples one completed step stands for: every worker's batch in sync, one batch per
+    // server update in async.
+    std::int64_t samplesPerStep() const { return std::int64_t(batch) * (async() ? 1 : workers); }
 
     // Every key with its resolved value, nested by section (what config.json holds).
     nlohmann::json toJson() const;

@@ -23,6 +23,14 @@ const char *runStateName(RunState s)
     return "?";
 }
 
+RunState runStateFromName(const std::string &name)
+{
+    for (RunState s : {RunState::Idle, RunState::Running, RunState::Stopped, RunState::Failed})
+        if (name == runStateName(s))
+            return s;
+    return RunState::Finished;
+}
+
 bool CancellableBarrier::arriveAndWait()
 {
     std::unique_lock lock(m_mutex);
@@ -203,7 +211,7 @@ std::vector<float> Engine::finalParams() const
 {
     if (m_config.async()) {
         std::vector<float> host(m_initialParams.size());
-        std::lock_guard lock(const_cast<std::mutex &>(m_serverMutex));
+        std::lock_guard lock(m_serverMutex);
         m_sharedDevice->download(host.data(), m_master.data(), host.size());
         return host;
     }
@@ -212,7 +220,7 @@ std::vector<float> Engine::finalParams() const
 
 std::vector<EvalPoint> Engine::evalHistory() const
 {
-    std::lock_guard lock(const_cast<std::mutex &>(m_evalMutex));
+    std::lock_guard lock(m_evalMutex);
     return m_evalHistory;
 }
 
@@ -266,12 +274,11 @@ void Engine::fail(int worker, std::int64_t step, Phase phase, const std::string 
 
 void Engine::drain()
 {
-    std::vector<Record> batch;
-    for (auto &w : m_workers) {
-        w->ring.drain(batch);
-    }
-    if (!batch.empty())
-        m_events.append(batch);
+    m_drained.clear();
+    for (auto &w : m_workers)
+        w->ring.drain(m_drained);
+    if (!m_drained.empty())
+        m_events.append(m_drained);
 }
 
 void Engine::supervise()

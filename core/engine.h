@@ -27,6 +27,8 @@ struct WorkerState;
 
 enum class RunState { Idle, Running, Finished, Stopped, Failed };
 const char *runStateName(RunState s);
+// The state a summary's "status" names (finished when unknown).
+RunState runStateFromName(const std::string &name);
 
 // A barrier that every waiter leaves early when the run is cancelled.
 class CancellableBarrier {
@@ -107,6 +109,7 @@ private:
     void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version);
     void fail(int worker, std::int64_t step, Phase phase, const std::string &what);
     void drain();
+    std::vector<Record> m_drained; // drain()'s buffer, reused
     bool stopping() const { return m_stop.load(std::memory_order_relaxed); }
 
     RunConfig m_config;
@@ -132,7 +135,7 @@ private:
     DeviceBuffer m_averaged;
 
     // Async parameter server
-    std::mutex m_serverMutex;
+    mutable std::mutex m_serverMutex;
     std::condition_variable m_serverCv;
     DeviceBuffer m_master;
     std::unique_ptr<Optimizer> m_serverOptimizer;
@@ -146,7 +149,7 @@ private:
     std::condition_variable m_pauseCv;
 
     // Evaluation on a snapshot
-    std::mutex m_evalMutex;
+    mutable std::mutex m_evalMutex;
     std::unique_ptr<Device> m_evalDevice;
     std::unique_ptr<Model> m_evalModel;
     std::vector<EvalPoint> m_evalHistory;

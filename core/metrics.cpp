@@ -118,8 +118,7 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
     }
 
     const double wallS = double(outcome.wallNs) / 1e9;
-    const double samplesDone = double(outcome.stepsCompleted) * config.batch *
-                               (config.async() ? 1.0 : double(workers));
+    const double samplesDone = double(outcome.stepsCompleted) * double(config.samplesPerStep());
 
     nlohmann::json &j = m.summary;
     j["mode"] = config.mode;

@@ -85,8 +85,6 @@ Model::Model(Device &device, ModelSpec spec, int batch)
     }
     m_gradA = DeviceBuffer(device, std::size_t(batch) * maxWidth);
     m_gradB = DeviceBuffer(device, std::size_t(batch) * maxWidth);
-    m_evalA = DeviceBuffer(device, std::size_t(batch) * maxWidth);
-    m_evalB = DeviceBuffer(device, std::size_t(batch) * maxWidth);
 }
 
 std::vector<float> Model::initialParams(const ModelSpec &spec, std::uint64_t seed)
@@ -284,6 +282,13 @@ EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const flo
     std::int64_t correct = 0;
     const int L = m_spec.linearLayers();
     const int outW = m_spec.outputWidth();
+    // Scratch for evaluation is allocated by the first evaluation: training replicas never
+    // evaluate, so they do not carry it.
+    if (!m_evalA.data()) {
+        const int maxWidth = *std::max_element(m_spec.layers.begin(), m_spec.layers.end());
+        m_evalA = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
+        m_evalB = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
+    }
     for (std::int64_t begin = 0; begin < rows; begin += m_batch) {
         const int n = int(std::min<std::int64_t>(m_batch, rows - begin));
         const float *in = x + begin * m_spec.layers[0];

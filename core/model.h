@@ -102,7 +102,7 @@ private:
     std::vector<Slot> m_slots;           // plain: per layer; checkpointed: per position in segment
     std::vector<float *> m_boundaries;   // checkpointed: input of segment s (s >= 1)
     DeviceBuffer m_gradA, m_gradB;       // activation gradients, ping-pong
-    DeviceBuffer m_evalA, m_evalB;       // evaluation scratch
+    DeviceBuffer m_evalA, m_evalB;       // evaluation scratch, allocated on first use
     const float *m_input = nullptr;
     const std::int32_t *m_labels = nullptr;
     const float *m_targets = nullptr;

@@ -398,7 +398,7 @@ void ChartsWidget::fillStaleness()
     } else {
         bars = qobject_cast<QCPBars *>(p->plottable(0));
     }
-    const auto hist = run.stalenessHistogram();
+    const auto &hist = run.stalenessHistogram();
     QVector<double> k, v;
     for (std::size_t i = 0; i < hist.size(); ++i) {
         k.push_back(double(i));
@@ -414,8 +414,7 @@ void ChartsWidget::fillStaleness()
         p->graph(w)->setData(x, y, true);
     }
     const bool none = hist.empty();
-    setupChart(p, none ? tr("Gradient staleness (sync: always 0)") : tr("Gradient staleness"),
-               tr("staleness (updates)"), tr("updates"));
+    titleOf(p)->setText(none ? tr("Gradient staleness (sync: always 0)") : tr("Gradient staleness"));
     p->rescaleAxes();
     if (none)
         p->xAxis->setRange(-0.5, 5);
@@ -479,7 +478,7 @@ void ChartsWidget::fillThroughput()
     auto graph = [&](const QString &name, QColor c, double width) { return slots_.next(name, c, width); };
     auto fill = [&](const RunData &run, const QString &name, QColor c, double width) {
         QVector<double> x, y;
-        for (const auto &[t, rate] : run.throughput(5e8)) {
+        for (const auto &[t, rate] : run.throughput()) {
             x.push_back(t / 1e9);
             y.push_back(rate);
         }

@@ -66,6 +66,13 @@ nlohmann::json parseList(const QString &text, bool integers)
     return arr;
 }
 
+// A text field is a QLineEdit, or a row holding one (path + Browse...).
+QLineEdit *lineEditOf(QWidget *w)
+{
+    auto *e = qobject_cast<QLineEdit *>(w);
+    return e ? e : w->findChild<QLineEdit *>();
+}
+
 QString listText(const nlohmann::json &v)
 {
     if (!v.is_array())
@@ -235,9 +242,7 @@ nlohmann::json ExperimentForm::toJson() const
         } else if (auto *b = qobject_cast<QCheckBox *>(w)) {
             j[key] = b->isChecked();
         } else {
-            auto *e = qobject_cast<QLineEdit *>(w);
-            if (!e)
-                e = w->findChild<QLineEdit *>();
+            const QLineEdit *e = lineEditOf(w);
             const QString text = e ? e->text().trimmed() : QString();
             if (key == "model.layers") {
                 const auto v = parseList(text, true);
@@ -287,9 +292,7 @@ void ExperimentForm::setFromJson(const nlohmann::json &config)
             if (v.is_boolean())
                 b->setChecked(v.get<bool>());
         } else {
-            auto *e = qobject_cast<QLineEdit *>(w);
-            if (!e)
-                e = w->findChild<QLineEdit *>();
+            QLineEdit *e = lineEditOf(w);
             if (!e)
                 continue;
             if (v.is_array())

@@ -96,8 +96,8 @@ void RunController::poll()
     const qint64 step = m_engine->progress();
     const qint64 total = m_engine->config().steps;
     const double elapsed = double(m_engine->elapsedNs()) / 1e9;
-    const double perStep = m_engine->config().async() ? 1.0 : double(m_engine->config().workers);
-    const double rate = elapsed > 0 ? double(step) * perStep * m_engine->config().batch / elapsed : 0.0;
+    const double rate =
+        elapsed > 0 ? double(step) * double(m_engine->config().samplesPerStep()) / elapsed : 0.0;
     const double remaining = step > 0 ? elapsed * double(total - step) / double(step) : -1.0;
     Q_EMIT progressChanged(step, total, rate, elapsed, remaining);
     if (done)
@@ -133,15 +133,7 @@ void RunController::finish()
 RunDataPtr RunController::openRun(const QString &dir, QString *error)
 {
     try {
-        const RunArtifacts a = readRunDirectory(dir.toStdString());
-        auto run = std::make_shared<RunData>(a.config, QDir(dir).dirName());
-        run->append(a.records);
-        run->summary = a.metrics.summary;
-        const std::string status = a.metrics.summary.value("status", "finished");
-        run->state = status == "failed" ? RunState::Failed
-                     : status == "stopped" ? RunState::Stopped
-                                           : RunState::Finished;
-        run->error = QString::fromStdString(a.metrics.summary.value("error", ""));
+        auto run = RunData::fromArtifacts(readRunDirectory(dir.toStdString()), QDir(dir).dirName());
         run->setDirectory(dir);
         return run;
     } catch (const std::exception &e) {

@@ -17,6 +17,16 @@ RunData::RunData(RunConfig config, QString label)
     }
 }
 
+std::shared_ptr<RunData> RunData::fromArtifacts(const RunArtifacts &a, const QString &label)
+{
+    auto run = std::make_shared<RunData>(a.config, label);
+    run->append(a.records);
+    run->summary = a.metrics.summary;
+    run->state = runStateFromName(a.metrics.summary.value("status", "finished"));
+    run->error = QString::fromStdString(a.metrics.summary.value("error", ""));
+    return run;
+}
+
 TimelineRow &RunData::rowFor(int worker, bool dataLane)
 {
     const std::size_t perWorker = m_config.prefetch ? 2 : 1;
@@ -45,6 +55,19 @@ void RunData::append(const std::vector<Record> &records)
         } else if (r.counter() < CounterId::Count) {
             m_counters[std::size_t(r.counter())][r.worker].push_back(
                 {double(r.start), r.step, r.value});
+            // The charts' aggregates grow with the records instead of being recounted on
+            // every refresh. A loss sample marks one worker finishing one batch.
+            if (r.counter() == CounterId::Loss) {
+                const auto window = std::size_t(std::max<std::int64_t>(0, r.start) / std::int64_t(kThroughputWindowNs));
+                if (m_batchesPerWindow.size() <= window)
+                    m_batchesPerWindow.resize(window + 1, 0);
+                ++m_batchesPerWindow[window];
+            } else if (r.counter() == CounterId::Staleness) {
+                const auto s = std::size_t(std::max(0.0, r.value));
+                if (m_staleness.size() <= s)
+                    m_staleness.resize(s + 1, 0);
+                ++m_staleness[s];
+            }
             m_last = std::max(m_last, r.start);
         }
     }
@@ -75,41 +98,14 @@ std::vector<std::array<double, std::size_t(Phase::Count)>> RunData::phaseTimeIn(
     return out;
 }
 
-std::vector<std::pair<double, double>> RunData::throughput(double windowNs) const
+std::vector<std::pair<double, double>> RunData::throughput() const
 {
-    // A loss sample marks one worker finishing one batch.
-    std::vector<double> times;
-    for (int w = 0; w < workers(); ++w)
-        for (const auto &p : counter(CounterId::Loss, w))
-            times.push_back(p.tNs);
-    std::sort(times.begin(), times.end());
     std::vector<std::pair<double, double>> out;
-    if (times.empty())
-        return out;
-    const double batch = m_config.batch;
-    std::size_t i = 0;
-    for (double end = windowNs; i < times.size(); end += windowNs) {
-        std::size_t n = 0;
-        while (i < times.size() && times[i] < end) {
-            ++i;
-            ++n;
-        }
-        out.emplace_back(end, double(n) * batch / (windowNs / 1e9));
-    }
+    out.reserve(m_batchesPerWindow.size());
+    for (std::size_t i = 0; i < m_batchesPerWindow.size(); ++i)
+        out.emplace_back(double(i + 1) * kThroughputWindowNs,
+                         double(m_batchesPerWindow[i]) * m_config.batch / (kThroughputWindowNs / 1e9));
     return out;
-}
-
-std::vector<int> RunData::stalenessHistogram() const
-{
-    std::vector<int> hist;
-    for (int w = 0; w < workers(); ++w)
-        for (const auto &p : counter(CounterId::Staleness, w)) {
-            const auto s = std::size_t(std::max(0.0, p.value));
-            if (hist.size() <= s)
-                hist.resize(s + 1, 0);
-            ++hist[s];
-        }
-    return hist;
 }
 
 } // namespace syncopate

@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "rundir.h"
 #include "trace.h"
 
 #include <QString>
@@ -31,6 +32,8 @@ struct TimelineRow {
 class RunData {
 public:
     RunData(RunConfig config, QString label);
+    // A run that has ended: its records, summary and state (from the summary's status).
+    static std::shared_ptr<RunData> fromArtifacts(const RunArtifacts &run, const QString &label);
 
     const RunConfig &config() const { return m_config; }
     const QString &label() const { return m_label; }
@@ -51,9 +54,11 @@ public:
 
     // Time per phase of each worker inside [t0, t1] (main row only), for range summaries.
     std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1) const;
-    // Samples per second over consecutive windows of windowNs: (window end, rate).
-    std::vector<std::pair<double, double>> throughput(double windowNs) const;
-    std::vector<int> stalenessHistogram() const;
+    static constexpr double kThroughputWindowNs = 5e8;
+    // Samples per second over consecutive half-second windows: (window end, rate).
+    std::vector<std::pair<double, double>> throughput() const;
+    // Updates per staleness value, all workers together.
+    const std::vector<int> &stalenessHistogram() const { return m_staleness; }
 
     // Filled when the run has ended (or was loaded from disk).
     nlohmann::json summary;
@@ -69,6 +74,8 @@ private:
     std::vector<TimelineRow> m_rows;
     std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
     std::vector<std::vector<double>> m_wait;
+    std::vector<int> m_batchesPerWindow; // loss samples per throughput window
+    std::vector<int> m_staleness;        // histogram
     std::int64_t m_first = 0, m_last = 0;
     std::size_t m_spans = 0;
 };
