@@ -476,13 +476,19 @@ void ChartsWidget::fillThroughput()
     QCustomPlot *p = m_throughput;
     GraphSlots slots_(p, m_scale);
     auto graph = [&](const QString &name, QColor c, double width) { return slots_.next(name, c, width); };
+    double lastKey = 0;
     auto fill = [&](const RunData &run, const QString &name, QColor c, double width) {
         QVector<double> x, y;
         for (const auto &[t, rate] : run.throughput()) {
             x.push_back(t / 1e9);
             y.push_back(rate);
         }
-        graph(name, c, width)->setData(x, y, true);
+        QCPGraph *g = graph(name, c, width);
+        // Markers too: a run shorter than one window has a single point, which no line shows.
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 6 * m_scale));
+        g->setData(x, y, true);
+        for (double k : x)
+            lastKey = std::max(lastKey, k);
     };
     if (m_current)
         fill(*m_current, tr("%1: %2").arg(m_current->label(), modeLabel(*m_current)), seriesColor(0), 2);
@@ -490,7 +496,8 @@ void ChartsWidget::fillThroughput()
         fill(*m_compare[i], tr("%1: %2").arg(m_compare[i]->label(), modeLabel(*m_compare[i])),
              seriesColor(int(i) + 5), 2);
     p->rescaleAxes();
-    p->yAxis->setRangeLower(0);
+    p->xAxis->setRange(0, std::max(0.5, lastKey * 1.05));
+    p->yAxis->setRange(0, std::max(1.0, p->yAxis->range().upper * 1.1));
 }
 
 } // namespace syncopate

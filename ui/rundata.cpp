@@ -102,9 +102,12 @@ std::vector<std::pair<double, double>> RunData::throughput() const
 {
     std::vector<std::pair<double, double>> out;
     out.reserve(m_batchesPerWindow.size());
-    for (std::size_t i = 0; i < m_batchesPerWindow.size(); ++i)
-        out.emplace_back(double(i + 1) * kThroughputWindowNs,
-                         double(m_batchesPerWindow[i]) * m_config.batch / (kThroughputWindowNs / 1e9));
+    for (std::size_t i = 0; i < m_batchesPerWindow.size(); ++i) {
+        // The newest window is still filling: its rate is over the time it has covered so far.
+        const double begin = double(i) * kThroughputWindowNs;
+        const double end = std::min(begin + kThroughputWindowNs, std::max(begin + 1e6, double(m_last)));
+        out.emplace_back(end, double(m_batchesPerWindow[i]) * m_config.batch / ((end - begin) / 1e9));
+    }
     return out;
 }
 
