@@ -41,7 +41,8 @@ const ConfigKey *findConfigKey(const std::string &name);
 struct RunConfig {
     std::string mode = "sync"; // sync | async | checkpointed
     int workers = 4;
-    std::string device = "cpu";
+    std::string device = "cpu"; // "cpu", "cuda" or "cuda:0,2"
+    bool tf32 = false;
 
     std::vector<int> layers; // widths, input first
     std::string activation = "relu";

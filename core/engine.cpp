@@ -75,6 +75,8 @@ struct WorkerState {
 
     int index;
     std::unique_ptr<Device> device;
+    // The batch on the device, where the device cannot read the host buffers below.
+    DeviceBuffer devX, devLabels, devY;
     std::unique_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer; // sync: each replica applies the same update
     RecordRing ring;
@@ -103,9 +105,19 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
     m_initialParams = Model::initialParams(spec, m_config.seed);
     const auto kind = Optimizer::parseKind(m_config.optimizer);
     const std::size_t n = spec.paramCount();
+    const DeviceOptions options{m_config.tf32};
+    // A device that cannot be had is a problem of the "device" key; running out of memory
+    // later is not.
+    auto deviceFor = [&](int worker) {
+        try {
+            return createDevice(m_config.device, worker, options);
+        } catch (const DeviceError &e) {
+            throw ConfigError(e.what(), {"device"});
+        }
+    };
     for (int i = 0; i < m_config.workers; ++i) {
         auto w = std::make_unique<WorkerState>(i, m_clock);
-        w->device = createDevice(m_config.device, i);
+        w->device = deviceFor(i);
         w->model = std::make_unique<Model>(*w->device, spec, m_config.batch);
         w->model->setParams(m_initialParams);
         if (!m_config.async())
@@ -113,29 +125,45 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
                                                        float(m_config.momentum));
         w->slowdown = m_config.slowdown[std::size_t(i)];
         w->jitterRng = std::make_unique<Rng>(m_config.seed, 1000 + std::uint64_t(i));
+        const std::size_t targets =
+            m_train->classification ? 0 : std::size_t(m_config.batch) * m_train->outputs;
         for (auto &b : w->buffers) {
             b.x.resize(std::size_t(m_config.batch) * m_train->features);
             b.labels.resize(std::size_t(m_config.batch));
-            b.y.resize(m_train->classification ? 0
-                                               : std::size_t(m_config.batch) * m_train->outputs);
+            b.y.resize(targets);
+        }
+        if (!w->device->hostAccessible()) {
+            static_assert(sizeof(std::int32_t) == sizeof(float), "labels share float-sized buffers");
+            w->devX = DeviceBuffer(*w->device, std::size_t(m_config.batch) * m_train->features);
+            w->devLabels = DeviceBuffer(*w->device, std::size_t(m_config.batch));
+            w->devY = DeviceBuffer(*w->device, targets);
         }
         w->snapshot.resize(n);
         m_workers.push_back(std::move(w));
     }
-    m_sharedDevice = createDevice(m_config.device, 0);
     if (m_config.async()) {
+        m_sharedDevice = deviceFor(0);
         m_master = DeviceBuffer(*m_sharedDevice, n);
         m_sharedDevice->upload(m_master.data(), m_initialParams.data(), n);
+        for (const auto &w : m_workers)
+            if (w->device->memorySpace() != m_sharedDevice->memorySpace() && !m_pushStaging.data())
+                m_pushStaging = DeviceBuffer(*m_sharedDevice, n);
         m_serverOptimizer = std::make_unique<Optimizer>(*m_sharedDevice, kind, n,
                                                         float(m_config.lr),
                                                         float(m_config.momentum));
         m_done.assign(std::size_t(m_config.workers), 0);
     } else {
-        m_averaged = DeviceBuffer(*m_sharedDevice, n);
+        std::vector<Device *> devices;
+        std::vector<float *> grads;
+        for (const auto &w : m_workers) {
+            devices.push_back(w->device.get());
+            grads.push_back(w->model->grads());
+        }
+        m_exchange = createGradientExchange(devices, grads, n);
         m_barrier = std::make_unique<CancellableBarrier>(m_config.workers);
     }
     if (m_eval && m_eval->samples > 0) {
-        m_evalDevice = createDevice(m_config.device, 0);
+        m_evalDevice = deviceFor(0);
         ModelSpec plain = spec;
         plain.checkpointEvery = 0;
         m_evalModel = std::make_unique<Model>(*m_evalDevice, plain, m_config.batch);
@@ -216,6 +244,19 @@ std::vector<float> Engine::finalParams() const
         return host;
     }
     return m_workers.front()->model->paramsToHost();
+}
+
+std::string Engine::reduceAlgorithm() const
+{
+    return m_exchange ? m_exchange->algorithm() : std::string();
+}
+
+std::vector<std::string> Engine::deviceNames() const
+{
+    std::vector<std::string> names;
+    for (const auto &w : m_workers)
+        names.push_back(w->device->name());
+    return names;
 }
 
 std::vector<EvalPoint> Engine::evalHistory() const
@@ -331,9 +372,28 @@ void Engine::enter(WorkerState &w, Phase p, std::int64_t step)
         throw std::runtime_error("injected fault");
 }
 
+void Engine::flushDeviceSpans(WorkerState &w)
+{
+    if (!w.rec.timer())
+        return;
+    // After a failure the device may refuse to synchronise; what it had finished still counts.
+    try {
+        w.device->synchronize();
+    } catch (const std::exception &) {
+    }
+    try {
+        w.rec.collectDeviceSpans();
+    } catch (const std::exception &) {
+    }
+}
+
 void Engine::runWorker(WorkerState &w)
 {
     try {
+        if (DeviceTimer *timer = w.device->timer()) {
+            timer->calibrate([this] { return m_clock.now(); });
+            w.rec.attachTimer(timer);
+        }
         if (m_config.async()) {
             for (std::int64_t step = 0; !stopping(); ++step)
                 if (!asyncStep(w, step))
@@ -345,6 +405,7 @@ void Engine::runWorker(WorkerState &w)
     } catch (const std::exception &e) {
         fail(w.index, w.step, w.phase, e.what());
     }
+    flushDeviceSpans(w);
     try {
         w.prefetch.wait();
     } catch (const std::exception &e) {
@@ -433,10 +494,22 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
         w.rec.span(Phase::Data, std::uint32_t(step), t0, w.rec.now());
     }
     const BatchBuffers &b = w.buffers[w.current];
+    const float *x = b.x.data();
+    const std::int32_t *labels = b.labels.data();
+    const float *y = b.y.data();
+    if (w.devX.data()) { // queued on the worker's stream, ahead of the forward pass
+        const std::int64_t t0 = w.rec.now();
+        w.device->upload(w.devX.data(), x, b.x.size());
+        w.device->uploadBytes(w.devLabels.data(), labels, b.labels.size() * sizeof(std::int32_t));
+        w.device->upload(w.devY.data(), y, b.y.size());
+        x = w.devX.data();
+        labels = reinterpret_cast<const std::int32_t *>(w.devLabels.data());
+        y = w.devY.data();
+        w.rec.span(Phase::Data, std::uint32_t(step), t0, w.rec.now());
+    }
     enter(w, Phase::Forward, step);
     const std::int64_t computeStart = w.rec.now();
-    const double loss =
-        w.model->forwardLoss(b.x.data(), b.labels.data(), b.y.data(), &w.rec, std::uint32_t(step));
+    const double loss = w.model->forwardLoss(x, labels, y, &w.rec, std::uint32_t(step));
     if (!std::isfinite(loss))
         throw std::runtime_error(std::string("the loss is ") +
                                  (std::isnan(loss) ? "NaN" : "infinite") +
@@ -446,6 +519,10 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
     w.model->backward(&w.rec, std::uint32_t(step));
     w.rec.counter(CounterId::ActivationBytes, std::uint32_t(step),
                   double(w.model->peakActivationBytes()));
+    // The gradients must exist before anyone reads them, and a barrier's wait should measure
+    // waiting for others, not for this worker's own queue (a no-op on the CPU).
+    w.device->synchronize();
+    w.rec.collectDeviceSpans();
     delayStep(w, step, w.rec.now() - computeStart);
 }
 
@@ -455,30 +532,23 @@ void Engine::syncStep(WorkerState &w, std::int64_t step)
     computeStep(w, step);
     if (stopping())
         return;
-    enter(w, Phase::Wait, step);
+    enter(w, Phase::Reduce, step);
     std::int64_t t0 = w.rec.now();
+    if (const std::size_t staged = m_exchange->prepare(w.index))
+        w.rec.span(Phase::Reduce, s32, t0, w.rec.now(), double(staged));
+    enter(w, Phase::Wait, step);
+    t0 = w.rec.now();
     const bool arrived = m_barrier->arriveAndWait();
     w.rec.span(Phase::Wait, s32, t0, w.rec.now());
     if (!arrived)
         return;
 
-    // Each worker averages one slice of the parameters, summing the replicas in worker order,
-    // so the result is the same bit for bit whatever the timing.
+    // Shared memory: each worker averages one slice, summing the replicas in worker order, so
+    // the result is the same bit for bit whatever the timing. NCCL: one all-reduce per worker.
     enter(w, Phase::Reduce, step);
     t0 = w.rec.now();
-    const std::size_t n = w.model->paramCount();
-    const std::size_t workers = m_workers.size();
-    const std::size_t lo = n * std::size_t(w.index) / workers;
-    const std::size_t hi = n * std::size_t(w.index + 1) / workers;
-    if (hi > lo) {
-        float *dst = m_averaged.data() + lo;
-        m_sharedDevice->copy(dst, m_workers[0]->model->grads() + lo, hi - lo);
-        for (std::size_t k = 1; k < workers; ++k)
-            m_sharedDevice->axpy(1.0f, m_workers[k]->model->grads() + lo, dst, hi - lo);
-        if (workers > 1)
-            m_sharedDevice->scale(1.0f / float(workers), dst, hi - lo);
-    }
-    w.rec.span(Phase::Reduce, s32, t0, w.rec.now(), double((hi - lo) * sizeof(float)));
+    const std::size_t moved = m_exchange->reduce(w.index);
+    w.rec.span(Phase::Reduce, s32, t0, w.rec.now(), double(moved));
 
     enter(w, Phase::Wait, step);
     t0 = w.rec.now();
@@ -488,9 +558,10 @@ void Engine::syncStep(WorkerState &w, std::int64_t step)
         return;
 
     enter(w, Phase::Apply, step);
-    t0 = w.rec.now();
-    w.optimizer->step(w.model->params(), m_averaged.data());
-    w.rec.span(Phase::Apply, s32, t0, w.rec.now());
+    {
+        ScopedSpan apply(&w.rec, Phase::Apply, s32);
+        w.optimizer->step(w.model->params(), m_exchange->finish(w.index));
+    }
 
     if (w.index == 0) {
         m_progress = step + 1;
@@ -558,7 +629,9 @@ bool Engine::asyncStep(WorkerState &w, std::int64_t step)
         if (!awaitServerTurn(w, false, lock) || m_version >= m_config.steps)
             return false;
         const std::int64_t t0 = w.rec.now();
-        w.device->copy(w.model->params(), m_master.data(), n);
+        // Finished before the lock is let go: the next push changes the master copy.
+        w.device->copyFrom(*m_sharedDevice, w.model->params(), m_master.data(), n * sizeof(float));
+        w.device->synchronize();
         w.pulledVersion = m_version;
         w.rec.span(Phase::Pull, s32, t0, w.rec.now(), double(m_version));
         m_serverCv.notify_all();
@@ -580,7 +653,13 @@ bool Engine::asyncStep(WorkerState &w, std::int64_t step)
         const std::int64_t staleness = m_version - w.pulledVersion;
         const float scale = m_config.stalenessLr ? 1.0f / float(std::max<std::int64_t>(1, staleness))
                                                  : 1.0f;
-        m_serverOptimizer->step(m_master.data(), w.model->grads(), scale);
+        const float *grads = w.model->grads();
+        if (w.device->memorySpace() != m_sharedDevice->memorySpace()) {
+            m_sharedDevice->copyFrom(*w.device, m_pushStaging.data(), grads, n * sizeof(float));
+            grads = m_pushStaging.data();
+        }
+        m_serverOptimizer->step(m_master.data(), grads, scale);
+        m_sharedDevice->synchronize();
         version = ++m_version;
         ++m_done[std::size_t(w.index)];
         m_progress = version;

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "data.h"
 #include "device.h"
+#include "exchange.h"
 #include "trace.h"
 
 #include <atomic>
@@ -81,6 +82,10 @@ public:
     // The trained parameters (sync: replica 0, all replicas agree; async: the server's).
     std::vector<float> finalParams() const;
     std::vector<EvalPoint> evalHistory() const;
+    // How sync mode averages gradients ("shared memory", "host staging", "nccl"); empty in async.
+    std::string reduceAlgorithm() const;
+    // The device of each worker, e.g. "cpu" or "cuda:0 (NVIDIA H100)".
+    std::vector<std::string> deviceNames() const;
 
     // Live controls.
     void setSlowdown(int worker, double factor);
@@ -104,6 +109,7 @@ private:
     void delayStep(WorkerState &w, std::int64_t step, std::int64_t computeNs);
     void waitWhilePaused(WorkerState &w, std::int64_t step);
     void enter(WorkerState &w, Phase p, std::int64_t step);
+    void flushDeviceSpans(WorkerState &w);
     bool sleepCancellable(std::int64_t ns);
     bool awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mutex> &lock);
     void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version);
@@ -131,13 +137,14 @@ private:
 
     // Sync
     std::unique_ptr<CancellableBarrier> m_barrier;
-    std::unique_ptr<Device> m_sharedDevice;
-    DeviceBuffer m_averaged;
+    std::unique_ptr<GradientExchange> m_exchange;
 
-    // Async parameter server
+    // Async parameter server: the master copy on worker 0's device (its own queue).
     mutable std::mutex m_serverMutex;
     std::condition_variable m_serverCv;
+    std::unique_ptr<Device> m_sharedDevice;
     DeviceBuffer m_master;
+    DeviceBuffer m_pushStaging; // a pushed gradient from another GPU, copied in first
     std::unique_ptr<Optimizer> m_serverOptimizer;
     std::int64_t m_version = 0;
     std::vector<std::int64_t> m_done; // updates pushed per worker

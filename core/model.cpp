@@ -284,14 +284,34 @@ EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const flo
     const int outW = m_spec.outputWidth();
     // Scratch for evaluation is allocated by the first evaluation: training replicas never
     // evaluate, so they do not carry it.
+    const bool staged = !m_device->hostAccessible();
     if (!m_evalA.data()) {
         const int maxWidth = *std::max_element(m_spec.layers.begin(), m_spec.layers.end());
         m_evalA = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
         m_evalB = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
+        if (staged) { // the data stays on the host; each chunk is copied in before it is used
+            m_evalX = DeviceBuffer(*m_device, std::size_t(m_batch) * m_spec.layers[0]);
+            m_evalT = DeviceBuffer(*m_device, m_spec.classification ? std::size_t(m_batch)
+                                                                    : std::size_t(m_batch) * outW);
+        }
     }
+    static_assert(sizeof(std::int32_t) == sizeof(float), "labels share float-sized buffers");
     for (std::int64_t begin = 0; begin < rows; begin += m_batch) {
         const int n = int(std::min<std::int64_t>(m_batch, rows - begin));
         const float *in = x + begin * m_spec.layers[0];
+        const std::int32_t *chunkLabels = m_spec.classification ? labels + begin : nullptr;
+        const float *chunkTargets = m_spec.classification ? nullptr : targets + begin * outW;
+        if (staged) {
+            m_device->upload(m_evalX.data(), in, std::size_t(n) * m_spec.layers[0]);
+            in = m_evalX.data();
+            if (m_spec.classification) {
+                m_device->uploadBytes(m_evalT.data(), chunkLabels, std::size_t(n) * sizeof(std::int32_t));
+                chunkLabels = reinterpret_cast<const std::int32_t *>(m_evalT.data());
+            } else {
+                m_device->upload(m_evalT.data(), chunkTargets, std::size_t(n) * outW);
+                chunkTargets = m_evalT.data();
+            }
+        }
         float *bufs[2] = {m_evalA.data(), m_evalB.data()};
         int cur = 0;
         for (int l = 0; l < L; ++l) {
@@ -301,12 +321,10 @@ EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const flo
             cur ^= 1;
         }
         if (m_spec.classification) {
-            lossSum += m_device->softmaxCrossEntropy(in, labels + begin, n, outW, nullptr) * n;
-            correct += m_device->countCorrect(in, labels + begin, n, outW);
+            lossSum += m_device->softmaxCrossEntropy(in, chunkLabels, n, outW, nullptr) * n;
+            correct += m_device->countCorrect(in, chunkLabels, n, outW);
         } else {
-            lossSum += m_device->meanSquaredError(in, targets + begin * outW,
-                                                  std::size_t(n) * outW, nullptr) *
-                       n;
+            lossSum += m_device->meanSquaredError(in, chunkTargets, std::size_t(n) * outW, nullptr) * n;
         }
     }
     r.samples = rows;

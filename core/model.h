@@ -57,8 +57,9 @@ public:
     // Gradients of the last forwardLoss into grads().
     void backward(Recorder *recorder, std::uint32_t step);
 
-    // Loss (and accuracy) over rows samples, computed in chunks of batch() rows without
-    // touching the training activations.
+    // Loss (and accuracy) over rows samples of host data, computed in chunks of batch() rows
+    // without touching the training activations (copied to the device chunk by chunk where the
+    // device cannot read host memory).
     EvalResult evaluate(const float *x, const std::int32_t *labels, const float *targets,
                         std::int64_t rows);
 
@@ -103,6 +104,7 @@ private:
     std::vector<float *> m_boundaries;   // checkpointed: input of segment s (s >= 1)
     DeviceBuffer m_gradA, m_gradB;       // activation gradients, ping-pong
     DeviceBuffer m_evalA, m_evalB;       // evaluation scratch, allocated on first use
+    DeviceBuffer m_evalX, m_evalT;       // a chunk of host data on the device (labels or targets)
     const float *m_input = nullptr;
     const std::int32_t *m_labels = nullptr;
     const float *m_targets = nullptr;

@@ -35,6 +35,20 @@ double tscNanosecondsPerTick()
     return value;
 }
 
+void Recorder::collectDeviceSpans()
+{
+    if (!m_timer)
+        return;
+    TimedSpan done[64];
+    std::size_t n;
+    while ((n = m_timer->poll(done, 64)) > 0)
+        for (std::size_t i = 0; i < n; ++i) {
+            const TimedSpan &t = done[i];
+            m_ring->push(Record::span(m_worker, Phase(t.tag & 0xff), Lane((t.tag >> 8) & 0xff),
+                                      std::uint32_t(t.tag >> 32), t.start, t.end, t.value));
+        }
+}
+
 const char *phaseName(Phase p)
 {
     static const char *names[] = {"data",  "forward", "backward", "recompute",

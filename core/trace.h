@@ -2,6 +2,8 @@
 // ring without locks or allocation; one collector drains all rings in bulk into an EventStore.
 #pragma once
 
+#include "device.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -151,20 +153,45 @@ public:
         m_ring->push(Record::counterSample(m_worker, c, step, now(), value));
     }
 
+    // A GPU worker's device work (forward, backward, recompute, apply) is timed on the device,
+    // where it runs, rather than by the host thread that queues it.
+    void attachTimer(DeviceTimer *timer) { m_timer = timer; }
+    DeviceTimer *timer() const { return m_timer; }
+    static bool timedOnDevice(Phase p)
+    {
+        return p == Phase::Forward || p == Phase::Backward || p == Phase::Recompute ||
+               p == Phase::Apply;
+    }
+    static std::uint64_t deviceTag(Phase p, std::uint32_t step)
+    {
+        return std::uint64_t(p) | (std::uint64_t(defaultLane(p)) << 8) | (std::uint64_t(step) << 32);
+    }
+    // Moves the spans the device has finished timing into the ring; never waits.
+    void collectDeviceSpans();
+
 private:
     int m_worker;
     const RunClock *m_clock;
     RecordRing *m_ring;
+    DeviceTimer *m_timer = nullptr;
 };
 
 // Records one phase from construction to destruction.
 class ScopedSpan {
 public:
     ScopedSpan(Recorder *rec, Phase p, std::uint32_t step)
-        : m_rec(rec), m_phase(p), m_step(step), m_start(rec ? rec->now() : 0) {}
+        : m_rec(rec), m_phase(p), m_step(step),
+          m_timer(rec && rec->timer() && Recorder::timedOnDevice(p) ? rec->timer() : nullptr),
+          m_start(rec && !m_timer ? rec->now() : 0)
+    {
+        if (m_timer)
+            m_timer->begin();
+    }
     ~ScopedSpan()
     {
-        if (m_rec)
+        if (m_timer)
+            m_timer->end(Recorder::deviceTag(m_phase, m_step), m_value);
+        else if (m_rec)
             m_rec->span(m_phase, m_step, m_start, m_rec->now(), m_value);
     }
     void setValue(double v) { m_value = v; }
@@ -175,6 +202,7 @@ private:
     Recorder *m_rec;
     Phase m_phase;
     std::uint32_t m_step;
+    DeviceTimer *m_timer;
     std::int64_t m_start;
     double m_value = 0;
 };

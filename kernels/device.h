@@ -5,9 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace syncopate {
 
@@ -21,19 +23,39 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+class DeviceTimer;
+
 class Device {
 public:
     virtual ~Device() = default;
 
     virtual std::string name() const = 0;
 
-    // Memory. Sizes are in floats; a zero size gives nullptr.
-    virtual float *allocate(std::size_t count) = 0;
-    virtual void release(float *p) = 0;
-    virtual void upload(float *dst, const float *host, std::size_t count) = 0;
-    virtual void download(float *host, const float *src, std::size_t count) = 0;
-    virtual void copy(float *dst, const float *src, std::size_t count) = 0;
+    // Memory. Allocations are zeroed; a zero size gives nullptr.
+    virtual void *allocateBytes(std::size_t bytes) = 0;
+    virtual void releaseBytes(void *p) = 0;
+    virtual void uploadBytes(void *dst, const void *host, std::size_t bytes) = 0;
+    virtual void downloadBytes(void *host, const void *src, std::size_t bytes) = 0;
+    virtual void copyBytes(void *dst, const void *src, std::size_t bytes) = 0;
+    // Copies src, which belongs to the device from, into dst on this device; ordered after
+    // this device's queued work (from's queued work must be finished: synchronize it first).
+    virtual void copyFrom(Device &from, void *dst, const void *src, std::size_t bytes) = 0;
+    // Host memory the device copies from fastest (page-locked on a GPU).
+    virtual void *allocateHost(std::size_t bytes) = 0;
+    virtual void releaseHost(void *p) = 0;
     virtual void fill(float *dst, float value, std::size_t count) = 0;
+
+    // Where this device's pointers live: -1 for host memory, else the GPU's ordinal. Devices
+    // with the same memory space can read each other's buffers.
+    virtual int memorySpace() const { return -1; }
+    bool hostAccessible() const { return memorySpace() < 0; }
+
+    // Sizes in floats.
+    float *allocate(std::size_t count) { return static_cast<float *>(allocateBytes(count * sizeof(float))); }
+    void release(float *p) { releaseBytes(p); }
+    void upload(float *dst, const float *host, std::size_t count) { uploadBytes(dst, host, count * sizeof(float)); }
+    void download(float *host, const float *src, std::size_t count) { downloadBytes(host, src, count * sizeof(float)); }
+    void copy(float *dst, const float *src, std::size_t count) { copyBytes(dst, src, count * sizeof(float)); }
 
     // C[m,n] = alpha * op(A) op(B) + beta * C, op(A) is [m,k] and op(B) is [k,n].
     virtual void gemm(bool transA, bool transB, int m, int n, int k, float alpha, const float *A,
@@ -78,7 +100,43 @@ public:
 
     // Waits for queued work (a no-op on the CPU).
     virtual void synchronize() {}
+
+    // Times spans on the device's own queue, or nullptr where the host clock is the truth.
+    virtual DeviceTimer *timer() { return nullptr; }
 };
+
+// A span timed on a device, already mapped onto the host clock.
+struct TimedSpan {
+    std::uint64_t tag = 0; // the caller's, handed back as given
+    double value = 0;
+    std::int64_t start = 0, end = 0;
+};
+
+// Marks queued on a device's stream around the work of a span, read back once the device has
+// passed them, so timing never waits for the device. begin()/end() nest.
+class DeviceTimer {
+public:
+    virtual ~DeviceTimer() = default;
+    // The host clock spans are mapped onto (nanoseconds); waits for the device once to line
+    // the two clocks up. Call from the thread that uses the device, before begin().
+    virtual void calibrate(std::function<std::int64_t()> hostNow) = 0;
+    virtual void begin() = 0;
+    virtual void end(std::uint64_t tag, double value) = 0;
+    // Spans whose work is done, oldest first, without waiting; returns how many were written.
+    virtual std::size_t poll(TimedSpan *out, std::size_t max) = 0;
+};
+
+struct DeviceOptions {
+    bool tf32 = false; // TF32 tensor-core GEMMs (10-bit mantissa inputs, FP32 accumulate)
+};
+
+// What device = "..." asks for: "cpu", "cuda" (every visible GPU) or "cuda:0,2".
+struct DeviceSpec {
+    bool cuda = false;
+    std::vector<int> gpus; // empty: every visible GPU
+};
+// Throws std::invalid_argument saying what was expected.
+DeviceSpec parseDeviceSpec(const std::string &text);
 
 // A device buffer that releases itself.
 class DeviceBuffer {
@@ -118,7 +176,10 @@ private:
     std::size_t m_count = 0;
 };
 
-// "cpu" always works; other kinds throw DeviceError naming what is missing.
-std::unique_ptr<Device> createDevice(const std::string &kind, int workerIndex);
+// The device of worker workerIndex: "cpu" always works; "cuda..." spreads workers round-robin
+// over the GPUs named (or all of them) through the CUDA backend, and throws DeviceError naming
+// what is missing when there is no backend or no GPU.
+std::unique_ptr<Device> createDevice(const std::string &spec, int workerIndex,
+                                     const DeviceOptions &options = {});
 
 } // namespace syncopate

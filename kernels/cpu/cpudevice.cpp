@@ -51,36 +51,44 @@ void configureCpuBlas()
 
 CpuDevice::CpuDevice() { configureCpuBlas(); }
 
-float *CpuDevice::allocate(std::size_t count)
+void *CpuDevice::allocateBytes(std::size_t count)
 {
     if (count == 0)
         return nullptr;
-    const std::size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+    const std::size_t bytes = (count + 63) / 64 * 64;
     void *p = std::aligned_alloc(64, bytes);
     if (!p)
         throw DeviceError("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
     std::memset(p, 0, bytes);
-    return static_cast<float *>(p);
+    return p;
 }
 
-void CpuDevice::release(float *p) { std::free(p); }
+void CpuDevice::releaseBytes(void *p) { std::free(p); }
 
-void CpuDevice::upload(float *dst, const float *host, std::size_t count)
+void CpuDevice::uploadBytes(void *dst, const void *host, std::size_t bytes)
 {
-    if (count)
-        std::memcpy(dst, host, count * sizeof(float));
+    if (bytes)
+        std::memcpy(dst, host, bytes);
 }
 
-void CpuDevice::download(float *host, const float *src, std::size_t count)
+void CpuDevice::downloadBytes(void *host, const void *src, std::size_t bytes)
 {
-    if (count)
-        std::memcpy(host, src, count * sizeof(float));
+    if (bytes)
+        std::memcpy(host, src, bytes);
 }
 
-void CpuDevice::copy(float *dst, const float *src, std::size_t count)
+void CpuDevice::copyBytes(void *dst, const void *src, std::size_t bytes)
 {
-    if (count && dst != src)
-        std::memcpy(dst, src, count * sizeof(float));
+    if (bytes && dst != src)
+        std::memcpy(dst, src, bytes);
+}
+
+void CpuDevice::copyFrom(Device &from, void *dst, const void *src, std::size_t bytes)
+{
+    if (from.hostAccessible())
+        copyBytes(dst, src, bytes);
+    else
+        from.downloadBytes(dst, src, bytes);
 }
 
 void CpuDevice::fill(float *dst, float value, std::size_t count) { std::fill_n(dst, count, value); }

@@ -13,11 +13,14 @@ public:
 
     std::string name() const override { return "cpu"; }
 
-    float *allocate(std::size_t count) override;
-    void release(float *p) override;
-    void upload(float *dst, const float *host, std::size_t count) override;
-    void download(float *host, const float *src, std::size_t count) override;
-    void copy(float *dst, const float *src, std::size_t count) override;
+    void *allocateBytes(std::size_t bytes) override;
+    void releaseBytes(void *p) override;
+    void uploadBytes(void *dst, const void *host, std::size_t bytes) override;
+    void downloadBytes(void *host, const void *src, std::size_t bytes) override;
+    void copyBytes(void *dst, const void *src, std::size_t bytes) override;
+    void copyFrom(Device &from, void *dst, const void *src, std::size_t bytes) override;
+    void *allocateHost(std::size_t bytes) override { return allocateBytes(bytes); }
+    void releaseHost(void *p) override { releaseBytes(p); }
     void fill(float *dst, float value, std::size_t count) override;
 
     void gemm(bool transA, bool transB, int m, int n, int k, float alpha, const float *A, int lda,

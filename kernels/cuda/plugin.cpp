@@ -1,0 +1,201 @@
+// The CUDA backend as a plugin: GPU discovery, per-worker devices and the NCCL exchange.
+// Loaded by kernels/gpubackend.cpp through syncopate_gpu_backend().
+#include "cudadevice.h"
+#include "gpubackend.h"
+
+#ifdef SYNCOPATE_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include <mutex>
+#include <set>
+
+namespace syncopate::cuda {
+namespace {
+
+#ifdef SYNCOPATE_HAVE_NCCL
+void checkNccl(ncclResult_t r, const char *what)
+{
+    if (r != ncclSuccess)
+        throw DeviceError(std::string("NCCL: ") + what + " failed: " + ncclGetErrorString(r));
+}
+
+// One communicator per worker, each on its own GPU; every rank calls ncclAllReduce from its own
+// thread on its own stream, which NCCL supports within one process.
+class NcclExchange final : public GradientExchange {
+public:
+    NcclExchange(const std::vector<Device *> &devices, const std::vector<float *> &grads,
+                 std::size_t count)
+        : m_grads(grads), m_count(count)
+    {
+        std::vector<int> gpus;
+        for (Device *d : devices) {
+            auto *cd = dynamic_cast<CudaDevice *>(d);
+            if (!cd)
+                throw DeviceError("NCCL exchange: every worker must be on a GPU");
+            m_devices.push_back(cd);
+            gpus.push_back(cd->memorySpace());
+            m_out.emplace_back(*d, count);
+        }
+        m_comms.resize(devices.size());
+        checkNccl(ncclCommInitAll(m_comms.data(), int(m_comms.size()), gpus.data()),
+                  "ncclCommInitAll");
+    }
+    ~NcclExchange() override
+    {
+        for (std::size_t r = 0; r < m_comms.size(); ++r) {
+            cudaSetDevice(m_devices[r]->memorySpace());
+            ncclCommDestroy(m_comms[r]);
+        }
+    }
+
+    std::string algorithm() const override { return "nccl"; }
+
+    std::size_t reduce(int rank) override
+    {
+        const auto r = std::size_t(rank);
+        CudaDevice &d = *m_devices[r];
+        check(cudaSetDevice(d.memorySpace()), "cudaSetDevice");
+        checkNccl(ncclAllReduce(m_grads[r], m_out[r].data(), m_count, ncclFloat, ncclAvg,
+                                m_comms[r], d.stream()),
+                  "ncclAllReduce");
+        // The reduce span covers the collective itself, as nccl-tests time it.
+        d.synchronize();
+        return m_count * sizeof(float);
+    }
+
+    const float *finish(int rank) override { return m_out[std::size_t(rank)].data(); }
+
+private:
+    std::vector<CudaDevice *> m_devices;
+    std::vector<float *> m_grads;
+    std::size_t m_count;
+    std::vector<DeviceBuffer> m_out;
+    std::vector<ncclComm_t> m_comms;
+};
+#endif
+
+class CudaBackend final : public GpuBackend {
+public:
+    std::vector<GpuInfo> devices() override
+    {
+        std::call_once(m_scanned, [this] { scan(); });
+        return m_devices;
+    }
+
+    std::string noDeviceReason() override
+    {
+        std::call_once(m_scanned, [this] { scan(); });
+        return m_reason;
+    }
+
+    std::string versions() override
+    {
+        int runtime = 0, driver = 0;
+        cudaRuntimeGetVersion(&runtime);
+        cudaDriverGetVersion(&driver);
+        auto v = [](int x) {
+            return x ? std::to_string(x / 1000) + "." + std::to_string(x % 1000 / 10) : "none";
+        };
+        return "CUDA runtime " + v(runtime) + ", driver " + v(driver) +
+#ifdef SYNCOPATE_HAVE_NCCL
+               ", NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+               std::to_string(NCCL_PATCH);
+#else
+               ", without NCCL";
+#endif
+    }
+
+    std::unique_ptr<Device> createDevice(int gpu, const DeviceOptions &options) override
+    {
+        enablePeers(gpu);
+        return std::make_unique<CudaDevice>(gpu, options);
+    }
+
+    std::unique_ptr<GradientExchange> createNcclExchange(const std::vector<Device *> &devices,
+                                                         const std::vector<float *> &grads,
+                                                         std::size_t count) override
+    {
+#ifdef SYNCOPATE_HAVE_NCCL
+        return std::make_unique<NcclExchange>(devices, grads, count);
+#else
+        (void)devices, (void)grads, (void)count;
+        return nullptr;
+#endif
+    }
+
+private:
+    void scan()
+    {
+        int count = 0;
+        // Without a driver this is an error, not zero devices: any error means no GPU.
+        const cudaError_t status = cudaGetDeviceCount(&count);
+        if (status != cudaSuccess) {
+            cudaGetLastError();
+            m_reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+            return;
+        }
+        if (count == 0) {
+            m_reason = "cudaGetDeviceCount found no CUDA device";
+            return;
+        }
+        for (int i = 0; i < count; ++i) {
+            cudaDeviceProp prop{};
+            if (cudaGetDeviceProperties(&prop, i) != cudaSuccess)
+                continue;
+            GpuInfo g;
+            g.index = i;
+            g.name = prop.name;
+            g.totalBytes = prop.totalGlobalMem;
+            g.major = prop.major;
+            g.minor = prop.minor;
+            g.multiprocessors = prop.multiProcessorCount;
+            std::size_t freeBytes = 0, totalBytes = 0;
+            if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess)
+                g.freeBytes = freeBytes;
+            m_devices.push_back(g);
+        }
+        cudaGetLastError();
+    }
+
+    // Lets gpu read and write the memory of every GPU it can reach directly, so copies between
+    // workers (async pushes and pulls) go over NVLink or PCIe instead of through the host.
+    void enablePeers(int gpu)
+    {
+        std::lock_guard lock(m_peerMutex);
+        if (!m_peered.insert(gpu).second)
+            return;
+        const int current = [] { int d = 0; cudaGetDevice(&d); return d; }();
+        for (const GpuInfo &other : devices()) {
+            if (other.index == gpu)
+                continue;
+            int can = 0;
+            if (cudaDeviceCanAccessPeer(&can, gpu, other.index) != cudaSuccess || !can)
+                continue;
+            cudaSetDevice(gpu);
+            const cudaError_t e = cudaDeviceEnablePeerAccess(other.index, 0);
+            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+                cudaGetLastError();
+            cudaGetLastError();
+        }
+        cudaSetDevice(current);
+    }
+
+    std::once_flag m_scanned;
+    std::vector<GpuInfo> m_devices;
+    std::string m_reason;
+    std::mutex m_peerMutex;
+    std::set<int> m_peered;
+};
+
+} // namespace
+} // namespace syncopate::cuda
+
+extern "C" __attribute__((visibility("default"))) syncopate::GpuBackend *
+syncopate_gpu_backend(int abi)
+{
+    if (abi != syncopate::kGpuBackendAbi)
+        return nullptr;
+    static syncopate::cuda::CudaBackend backend;
+    return &backend;
+}
