@@ -1,6 +1,7 @@
 // syncopate-cli: runs experiments headless, lists presets, validates configs.
 #include "config.h"
 #include "exporter.h"
+#include "gpubackend.h"
 #include "rundata.h"
 #include "session.h"
 
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -40,6 +42,7 @@ void printUsage(std::FILE *to)
         "  syncopate-cli presets            list the presets with their explanation\n"
         "  syncopate-cli validate FILE      check a config (or preset) file\n"
         "  syncopate-cli keys               list every config key, its default and meaning\n"
+        "  syncopate-cli devices            list the CPU and the CUDA GPUs a run can use\n"
         "\n"
         "run writes config.json, trace.json, metrics.csv, summary.json and the parameters\n"
         "(params-init/final.safetensors) into DIR (default: runs/<time>).\n"
@@ -102,6 +105,19 @@ void printSummary(const RunArtifacts &run, const std::string &dir)
         if (s.contains("final_eval_accuracy"))
             std::printf(", accuracy %.2f%%", 100.0 * num("final_eval_accuracy"));
         std::printf(" on held-out data\n");
+    }
+    if (s.contains("reduce")) {
+        const auto &r = s["reduce"];
+        std::printf("reduce    %s: %.3f ms per step for %.2f MiB, algbw %.2f GB/s, busbw %.2f GB/s\n",
+                    r.value("algorithm", "").c_str(), r.value("time_ms_mean", 0.0),
+                    r.value("bytes_per_worker", 0.0) / 1048576.0, r.value("algbw_gb_s", 0.0),
+                    r.value("busbw_gb_s", 0.0));
+    }
+    if (s.contains("devices") && !s["devices"].empty() && s["devices"][0] != "cpu") {
+        std::printf("devices  ");
+        for (const auto &d : s["devices"])
+            std::printf(" %s", d.get<std::string>().c_str());
+        std::printf("\n");
     }
     if (s.contains("error"))
         std::printf("error     %s\n", s["error"].get<std::string>().c_str());
@@ -221,6 +237,27 @@ int commandValidate(const std::vector<std::string> &args)
     return 0;
 }
 
+int commandDevices()
+{
+    std::printf("cpu       %u hardware threads (OpenBLAS GEMMs, oneTBB)\n",
+                std::thread::hardware_concurrency());
+    std::string why;
+    GpuBackend *backend = gpuBackend(&why);
+    if (!backend) {
+        std::printf("cuda      not available: %s\n", why.c_str());
+        return 0;
+    }
+    const auto gpus = backend->devices();
+    if (gpus.empty())
+        std::printf("cuda      no CUDA device is present (%s)\n", backend->noDeviceReason().c_str());
+    for (const GpuInfo &g : gpus)
+        std::printf("cuda:%-4d %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs\n",
+                    g.index, g.name.c_str(), double(g.totalBytes) / 1073741824.0,
+                    double(g.freeBytes) / 1073741824.0, g.major, g.minor, g.multiprocessors);
+    std::printf("          %s\n", backend->versions().c_str());
+    return 0;
+}
+
 int commandKeys()
 {
     for (const auto &k : configKeys())
@@ -248,6 +285,8 @@ int main(int argc, char **argv)
             return commandValidate(args);
         if (command == "keys")
             return commandKeys();
+        if (command == "devices")
+            return commandDevices();
         std::fprintf(stderr, "syncopate-cli: unknown command \"%s\"\n\n", command.c_str());
         printUsage(stderr);
         return 2;

@@ -18,6 +18,7 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
     double recomputeNs = 0, peakActivation = 0;
     std::vector<std::pair<std::int64_t, double>> losses; // (time, loss)
     std::vector<std::int64_t> staleness;
+    std::vector<std::vector<double>> reduceNs; // [step][worker]
 
     auto row = [&](int w, std::int64_t step) -> StepRow & {
         auto &v = perWorker[std::size_t(w)];
@@ -55,6 +56,11 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
             case Phase::Delay:
                 row_.delayMs += ms;
                 delayNs[std::size_t(w)] += double(r.duration());
+                break;
+            case Phase::Reduce:
+                if (reduceNs.size() <= r.step)
+                    reduceNs.resize(std::size_t(r.step) + 1, std::vector<double>(std::size_t(workers), 0.0));
+                reduceNs[r.step][std::size_t(w)] += double(r.duration());
                 break;
             case Phase::Recompute:
                 row_.recomputeMs += ms;
@@ -151,6 +157,33 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
         j["staleness_mean"] = 0.0;
         j["staleness_max"] = 0;
         j["staleness_histogram"] = nlohmann::json::array();
+    }
+    if (!outcome.devices.empty())
+        j["devices"] = outcome.devices;
+    if (!config.async() && !reduceNs.empty()) {
+        // As nccl-tests report an all-reduce of S bytes per rank taking t: algbw = S / t,
+        // busbw = algbw * 2(n-1)/n, with t the slowest worker's reduce time of each step.
+        std::size_t params = 0;
+        for (std::size_t l = 0; l + 1 < config.layers.size(); ++l)
+            params += std::size_t(config.layers[l] + 1) * std::size_t(config.layers[l + 1]);
+        const double bytes = double(params) * sizeof(float);
+        double totalNs = 0;
+        std::size_t steps = 0;
+        for (const auto &perStep : reduceNs) {
+            const double t = *std::max_element(perStep.begin(), perStep.end());
+            if (t > 0) {
+                totalNs += t;
+                ++steps;
+            }
+        }
+        nlohmann::json reduce;
+        reduce["algorithm"] = outcome.reduceAlgorithm;
+        reduce["bytes_per_worker"] = std::int64_t(bytes);
+        reduce["time_ms_mean"] = steps ? totalNs / double(steps) / 1e6 : 0.0;
+        const double algbw = totalNs > 0 ? bytes * double(steps) / totalNs : 0.0; // bytes/ns = GB/s
+        reduce["algbw_gb_s"] = algbw;
+        reduce["busbw_gb_s"] = workers > 1 ? algbw * 2.0 * (workers - 1) / workers : 0.0;
+        j["reduce"] = reduce;
     }
     if (!outcome.eval.empty()) {
         nlohmann::json evals = nlohmann::json::array();

@@ -36,6 +36,8 @@ struct RunOutcome {
     std::int64_t wallNs = 0;
     std::int64_t stepsCompleted = 0;
     std::vector<EvalPoint> eval;
+    std::string reduceAlgorithm;      // sync: how gradients were averaged
+    std::vector<std::string> devices; // per worker
 };
 
 RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &records,

@@ -96,6 +96,8 @@ RunArtifacts collectRun(const Engine &engine)
     outcome.wallNs = engine.elapsedNs();
     outcome.stepsCompleted = engine.progress();
     outcome.eval = engine.evalHistory();
+    outcome.reduceAlgorithm = engine.reduceAlgorithm();
+    outcome.devices = engine.deviceNames();
     a.metrics = computeMetrics(a.config, a.records, outcome);
     a.initialParams = engine.initialParams();
     a.finalParams = engine.finalParams();

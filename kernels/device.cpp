@@ -65,7 +65,12 @@ std::unique_ptr<Device> createDevice(const std::string &text, int workerIndex,
     GpuBackend *backend = gpuBackend(&why);
     if (!backend)
         throw DeviceError("device = \"" + text + "\": " + why);
-    const std::vector<int> gpus = resolveGpus(spec, *backend);
+    std::vector<int> gpus;
+    try {
+        gpus = resolveGpus(spec, *backend);
+    } catch (const DeviceError &e) {
+        throw DeviceError("device = \"" + text + "\": " + e.what());
+    }
     return backend->createDevice(gpus[std::size_t(workerIndex) % gpus.size()], options);
 }
 

@@ -119,15 +119,19 @@ private:
 
 std::unique_ptr<GradientExchange> createGradientExchange(const std::vector<Device *> &devices,
                                                          const std::vector<float *> &grads,
-                                                         std::size_t count)
+                                                         std::size_t count, ExchangeKind kind)
 {
     if (devices.empty() || devices.size() != grads.size())
         throw DeviceError("gradient exchange: one gradient buffer per device expected");
+    if (kind == ExchangeKind::HostStaging)
+        return std::make_unique<HostStagingExchange>(devices, grads, count);
     std::set<int> spaces;
     for (Device *d : devices)
         spaces.insert(d->memorySpace());
     if (spaces.size() == 1)
         return std::make_unique<SharedMemoryExchange>(devices, grads, count);
+    if (kind == ExchangeKind::SharedMemory)
+        throw DeviceError("gradient exchange: shared memory needs every replica in one memory space");
     const bool distinctGpus = spaces.size() == devices.size() && *spaces.begin() >= 0;
     if (distinctGpus) {
         if (GpuBackend *backend = gpuBackend())

@@ -26,12 +26,15 @@ public:
     virtual const float *finish(int rank) = 0;
 };
 
-// Picks the exchange for these devices: replicas in one memory space (the CPU, or workers
+enum class ExchangeKind { Auto, SharedMemory, HostStaging };
+
+// Picks the exchange for these devices (Auto): replicas in one memory space (the CPU, or workers
 // sharing one GPU) average slices of each other's buffers in place; replicas on distinct GPUs
 // use NCCL when the backend has it; anything else is staged through page-locked host memory.
 // grads[r] is rank r's gradient buffer (count floats) on devices[r].
 std::unique_ptr<GradientExchange> createGradientExchange(const std::vector<Device *> &devices,
                                                          const std::vector<float *> &grads,
-                                                         std::size_t count);
+                                                         std::size_t count,
+                                                         ExchangeKind kind = ExchangeKind::Auto);
 
 } // namespace syncopate

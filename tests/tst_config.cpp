@@ -18,6 +18,7 @@ private Q_SLOTS:
     void modesResolve();
     void everyPresetIsValid();
     void resolvedConfigRoundTrips();
+    void deviceSpecs();
 };
 
 void TestConfig::defaultsResolve()
@@ -71,6 +72,13 @@ void TestConfig::errors_data()
                                        << "needs an IDX image file";
     QTest::newRow("bad mode") << R"({"mode": "syncc"})" << "mode" << R"(did you mean "sync"?)";
     QTest::newRow("bad device") << R"({"device": "tpu"})" << "device" << "expected \"cpu\"";
+    QTest::newRow("empty GPU list") << R"({"device": "cuda:"})" << "device" << "\"cuda:0,2\"";
+    QTest::newRow("GPU not a number") << R"({"device": "cuda:a"})" << "device" << "\"cuda:0,2\"";
+    QTest::newRow("empty GPU in list") << R"({"device": "cuda:0,,1"})" << "device" << "\"cuda:0,2\"";
+    QTest::newRow("trailing comma") << R"({"device": "cuda:1,"})" << "device" << "\"cuda:0,2\"";
+    QTest::newRow("negative GPU") << R"({"device": "cuda:-1"})" << "device" << "\"cuda:0,2\"";
+    QTest::newRow("GPU twice") << R"({"device": "cuda:0,0"})" << "device" << "listed twice";
+    QTest::newRow("tf32 not a bool") << R"({"device.tf32": "yes"})" << "device.tf32" << "true or false";
     QTest::newRow("staleness below -1") << R"({"async.max_staleness": -2})"
                                         << "async.max_staleness" << "between -1 and 1000000";
     QTest::newRow("object for leaf") << R"({"workers": {"n": 2}})" << "workers" << "integer";
@@ -139,6 +147,22 @@ void TestConfig::resolvedConfigRoundTrips()
     const RunConfig a = parseConfig(json{{"mode", "async"}, {"workers", 3}, {"jitter", 0.2}});
     const RunConfig b = parseConfig(a.toJson());
     QVERIFY(b.toJson() == a.toJson());
+}
+
+void TestConfig::deviceSpecs()
+{
+    QVERIFY(!parseDeviceSpec("cpu").cuda);
+    QVERIFY(parseDeviceSpec("cuda").cuda);
+    QVERIFY(parseDeviceSpec("cuda").gpus.empty());
+    QCOMPARE(parseDeviceSpec("cuda:0").gpus, (std::vector<int>{0}));
+    QCOMPARE(parseDeviceSpec("cuda:2,0,7").gpus, (std::vector<int>{2, 0, 7}));
+    // Syntax is the config's business; whether the GPUs exist is checked when a run starts.
+    const RunConfig c = parseConfig(json{{"device", "cuda:1,3"}, {"device.tf32", true}});
+    QCOMPARE(c.device, std::string("cuda:1,3"));
+    QVERIFY(c.tf32);
+    QVERIFY(parseConfig(c.toJson()).tf32);
+    // "device" is the spec string, so tf32 is written dotted, never nested under it.
+    QVERIFY_THROWS_EXCEPTION(ConfigError, parseConfig(json{{"device", {{"tf32", true}}}}));
 }
 
 QTEST_APPLESS_MAIN(TestConfig)

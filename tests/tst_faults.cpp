@@ -1,5 +1,6 @@
 // Stop is prompt from every blocking state, and a failing worker ends the run with a message
 // naming worker, step and phase while keeping what was recorded.
+#include "gpubackend.h"
 #include "testutil.h"
 
 #include <QElapsedTimer>
@@ -16,6 +17,7 @@ private Q_SLOTS:
     void workerFaultAtEveryPhase_data();
     void workerFaultAtEveryPhase();
     void nonFiniteLossStopsTheRun();
+    void missingGpuIsAnErrorOfTheDeviceKey();
 };
 
 static json sixteen(const char *mode)
@@ -127,6 +129,26 @@ void TestFaults::nonFiniteLossStopsTheRun()
     const QString error = QString::fromStdString(e->error());
     QVERIFY2(error.contains(QStringLiteral("(forward): the loss is")), qPrintable(error));
     QVERIFY2(error.startsWith(QStringLiteral("worker ")), qPrintable(error));
+}
+
+void TestFaults::missingGpuIsAnErrorOfTheDeviceKey()
+{
+    GpuBackend *backend = gpuBackend();
+    if (backend && !backend->devices().empty())
+        QSKIP("a GPU is present: tst_gpu covers running on it");
+    PreparedRun p = prepareRun(json{{"device", "cuda"}, {"eval", {{"samples", 0}}}});
+    try {
+        Engine e(p.config, p.train, p.eval);
+        QFAIL("an engine was built on a GPU that is not there");
+    } catch (const ConfigError &e) {
+        const std::string what = e.what();
+        QCOMPARE(e.fields(), std::vector<std::string>{"device"});
+        QVERIFY2(what.rfind("device = \"cuda\": ", 0) == 0, e.what());
+        // Either no backend in this build or no device under it, said in so many words.
+        QVERIFY2(what.find("no CUDA backend") != std::string::npos ||
+                     what.find("no CUDA device is present") != std::string::npos,
+                 e.what());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestFaults)

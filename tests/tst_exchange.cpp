@@ -1,0 +1,110 @@
+// Gradient exchanges on the CPU: the in-place slice average and the host-staged one give the
+// same mean bit for bit, and that mean is the plain average computed independently in double.
+#include "cpu/cpudevice.h"
+#include "exchange.h"
+
+#include <QTest>
+
+#include <barrier>
+#include <random>
+#include <thread>
+
+using namespace syncopate;
+
+class TestExchange : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void meanOfReplicas_data();
+    void meanOfReplicas();
+    void autoPicksSharedMemoryOnTheCpu();
+};
+
+namespace {
+
+// Runs the three phases for every rank on its own thread, with barriers between them, as the
+// engine does; returns each rank's view of the mean.
+std::vector<std::vector<float>> exchange(GradientExchange &ex, int ranks, std::size_t count)
+{
+    auto out = std::vector<std::vector<float>>(std::size_t(ranks), std::vector<float>(count));
+    std::barrier sync(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+        threads.emplace_back([&, r] {
+            ex.prepare(r);
+            sync.arrive_and_wait();
+            ex.reduce(r);
+            sync.arrive_and_wait();
+            const float *mean = ex.finish(r);
+            std::copy(mean, mean + count, out[std::size_t(r)].begin());
+        });
+    for (auto &t : threads)
+        t.join();
+    return out;
+}
+
+} // namespace
+
+void TestExchange::meanOfReplicas_data()
+{
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<int>("count");
+    QTest::newRow("1 rank") << 1 << 100;
+    QTest::newRow("3 ranks, uneven slices") << 3 << 1001;
+    QTest::newRow("4 ranks") << 4 << 4096;
+    QTest::newRow("more ranks than elements") << 5 << 3;
+}
+
+void TestExchange::meanOfReplicas()
+{
+    QFETCH(int, ranks);
+    QFETCH(int, count);
+    const auto n = std::size_t(count);
+    std::vector<std::unique_ptr<Device>> owned;
+    std::vector<Device *> devices;
+    std::vector<DeviceBuffer> grads;
+    std::vector<float *> gradPtrs;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<double> expected(n, 0.0);
+    for (int r = 0; r < ranks; ++r) {
+        owned.push_back(std::make_unique<CpuDevice>());
+        devices.push_back(owned.back().get());
+        grads.emplace_back(*owned.back(), n);
+        std::vector<float> host(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            host[i] = normal(rng) * float(r + 1);
+            expected[i] += double(host[i]) / ranks;
+        }
+        owned.back()->upload(grads.back().data(), host.data(), n);
+        gradPtrs.push_back(grads.back().data());
+    }
+    auto shared = createGradientExchange(devices, gradPtrs, n, ExchangeKind::SharedMemory);
+    auto staged = createGradientExchange(devices, gradPtrs, n, ExchangeKind::HostStaging);
+    QCOMPARE(shared->algorithm(), std::string("shared memory"));
+    QCOMPARE(staged->algorithm(), std::string("host staging"));
+    const auto a = exchange(*shared, ranks, n);
+    const auto b = exchange(*staged, ranks, n);
+    for (int r = 0; r < ranks; ++r) {
+        QCOMPARE(a[std::size_t(r)], a[0]); // every rank sees the same mean
+        QCOMPARE(b[std::size_t(r)], a[0]); // and both exchanges agree bit for bit
+    }
+    for (std::size_t i = 0; i < n; ++i)
+        QVERIFY2(std::abs(double(a[0][i]) - expected[i]) <= 1e-6 * (1.0 + std::abs(expected[i])),
+                 qPrintable(QStringLiteral("element %1: %2 vs %3").arg(i).arg(a[0][i]).arg(expected[i])));
+    // A second round reuses the buffers: new gradients give their own mean.
+    for (auto &g : grads)
+        owned.front()->fill(g.data(), 2.0f, n);
+    for (const auto &v : exchange(*staged, ranks, n))
+        QCOMPARE(v, std::vector<float>(n, 2.0f));
+}
+
+void TestExchange::autoPicksSharedMemoryOnTheCpu()
+{
+    CpuDevice a, b;
+    DeviceBuffer ga(a, 8), gb(b, 8);
+    auto ex = createGradientExchange({&a, &b}, {ga.data(), gb.data()}, 8);
+    QCOMPARE(ex->algorithm(), std::string("shared memory"));
+}
+
+QTEST_GUILESS_MAIN(TestExchange)
+#include "tst_exchange.moc"
