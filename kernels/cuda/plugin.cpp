@@ -7,6 +7,8 @@
 #include <nccl.h>
 #endif
 
+#include <dlfcn.h>
+
 #include <mutex>
 #include <set>
 
@@ -14,10 +16,46 @@ namespace syncopate::cuda {
 namespace {
 
 #ifdef SYNCOPATE_HAVE_NCCL
+// NCCL is opened at run time, not linked: the backend loads on machines without it and then
+// falls back to staging through host memory.
+struct Nccl {
+    decltype(&ncclCommInitAll) commInitAll = nullptr;
+    decltype(&ncclAllReduce) allReduce = nullptr;
+    decltype(&ncclCommDestroy) commDestroy = nullptr;
+    decltype(&ncclGetErrorString) errorString = nullptr;
+    decltype(&ncclGetVersion) getVersion = nullptr;
+    std::string whyNot;
+
+    static const Nccl &get()
+    {
+        static const Nccl nccl = [] {
+            Nccl n;
+            void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+            if (!h) {
+                n.whyNot = dlerror();
+                return n;
+            }
+            n.commInitAll = reinterpret_cast<decltype(n.commInitAll)>(dlsym(h, "ncclCommInitAll"));
+            n.allReduce = reinterpret_cast<decltype(n.allReduce)>(dlsym(h, "ncclAllReduce"));
+            n.commDestroy = reinterpret_cast<decltype(n.commDestroy)>(dlsym(h, "ncclCommDestroy"));
+            n.errorString = reinterpret_cast<decltype(n.errorString)>(dlsym(h, "ncclGetErrorString"));
+            n.getVersion = reinterpret_cast<decltype(n.getVersion)>(dlsym(h, "ncclGetVersion"));
+            if (!n.available())
+                n.whyNot = "libnccl.so.2 lacks the functions used";
+            return n;
+        }();
+        return nccl;
+    }
+    bool available() const
+    {
+        return commInitAll && allReduce && commDestroy && errorString && getVersion;
+    }
+};
+
 void checkNccl(ncclResult_t r, const char *what)
 {
     if (r != ncclSuccess)
-        throw DeviceError(std::string("NCCL: ") + what + " failed: " + ncclGetErrorString(r));
+        throw DeviceError(std::string("NCCL: ") + what + " failed: " + Nccl::get().errorString(r));
 }
 
 // One communicator per worker, each on its own GPU; every rank calls ncclAllReduce from its own
@@ -38,14 +76,14 @@ public:
             m_out.emplace_back(*d, count);
         }
         m_comms.resize(devices.size());
-        checkNccl(ncclCommInitAll(m_comms.data(), int(m_comms.size()), gpus.data()),
+        checkNccl(Nccl::get().commInitAll(m_comms.data(), int(m_comms.size()), gpus.data()),
                   "ncclCommInitAll");
     }
     ~NcclExchange() override
     {
         for (std::size_t r = 0; r < m_comms.size(); ++r) {
             cudaSetDevice(m_devices[r]->memorySpace());
-            ncclCommDestroy(m_comms[r]);
+            Nccl::get().commDestroy(m_comms[r]);
         }
     }
 
@@ -56,7 +94,7 @@ public:
         const auto r = std::size_t(rank);
         CudaDevice &d = *m_devices[r];
         check(cudaSetDevice(d.memorySpace()), "cudaSetDevice");
-        checkNccl(ncclAllReduce(m_grads[r], m_out[r].data(), m_count, ncclFloat, ncclAvg,
+        checkNccl(Nccl::get().allReduce(m_grads[r], m_out[r].data(), m_count, ncclFloat, ncclAvg,
                                 m_comms[r], d.stream()),
                   "ncclAllReduce");
         // The reduce span covers the collective itself, as nccl-tests time it.
@@ -98,11 +136,20 @@ public:
             return x ? std::to_string(x / 1000) + "." + std::to_string(x % 1000 / 10) : "none";
         };
         return "CUDA runtime " + v(runtime) + ", driver " + v(driver) +
+               ", " + ncclVersion();
+    }
+
+    static std::string ncclVersion()
+    {
 #ifdef SYNCOPATE_HAVE_NCCL
-               ", NCCL " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
-               std::to_string(NCCL_PATCH);
+        const Nccl &nccl = Nccl::get();
+        int v = 0;
+        if (!nccl.available() || nccl.getVersion(&v) != ncclSuccess)
+            return "without NCCL (" + nccl.whyNot + ")";
+        return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+               std::to_string(v % 100);
 #else
-               ", without NCCL";
+        return "without NCCL (not found at build time)";
 #endif
     }
 
@@ -117,6 +164,8 @@ public:
                                                          std::size_t count) override
     {
 #ifdef SYNCOPATE_HAVE_NCCL
+        if (!Nccl::get().available())
+            return nullptr;
         return std::make_unique<NcclExchange>(devices, grads, count);
 #else
         (void)devices, (void)grads, (void)count;
