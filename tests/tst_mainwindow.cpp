@@ -3,6 +3,7 @@
 // field marked, and a saved run opens again as it was.
 #include "charts.h"
 #include "experimentform.h"
+#include "gpubackend.h"
 #include "mainwindow.h"
 #include "runcontroller.h"
 #include "timelineplottable.h"
@@ -28,6 +29,7 @@ private Q_SLOTS:
     void exportsEveryFormat();
     void asyncRunFillsStaleness();
     void badConfigGoesToTheBanner();
+    void missingGpuMarksTheDeviceField();
     void openRunShowsItAgain();
     void presentationModeScalesFonts();
 
@@ -163,6 +165,23 @@ void TestMainWindow::badConfigGoesToTheBanner()
     w.form()->setFromJson(j);
     QVERIFY(!w.startRun());
     QVERIFY2(w.bannerText().contains(QStringLiteral("/nonexistent/images.idx")), qPrintable(w.bannerText()));
+}
+
+void TestMainWindow::missingGpuMarksTheDeviceField()
+{
+    if (GpuBackend *b = gpuBackend(); b && !b->devices().empty())
+        QSKIP("a GPU is present");
+    MainWindow &w = *m_window;
+    w.selectPreset(QStringLiteral("default"));
+    nlohmann::json j = w.form()->toJson();
+    j["device"] = "cuda";
+    w.form()->setFromJson(j);
+    const std::size_t before = w.runs().size();
+    QVERIFY(!w.startRun());
+    QVERIFY2(w.bannerText().contains(QStringLiteral("device = &quot;cuda&quot;")), qPrintable(w.bannerText()));
+    QVERIFY(w.form()->field(QStringLiteral("device"))->property("configError").toBool());
+    QCOMPARE(w.runs().size(), before);
+    w.selectPreset(QStringLiteral("default")); // back to the CPU for the tests after this one
 }
 
 void TestMainWindow::openRunShowsItAgain()

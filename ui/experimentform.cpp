@@ -123,9 +123,17 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     auto *workers = intSpin(1, 256);
     addField(run, "workers", workers, tr("Workers"));
     connect(workers, &QSpinBox::valueChanged, this, &ExperimentForm::workersChanged);
+    // Editable: "cuda:0,2" picks GPUs. The list stays short so that opening the form does not
+    // load the CUDA backend; syncopate-cli devices lists what is there.
     auto *device = new QComboBox;
-    device->addItem(QStringLiteral("cpu"));
+    device->setEditable(true);
+    device->addItems({QStringLiteral("cpu"), QStringLiteral("cuda")});
     addField(run, "device", device, tr("Device"));
+    auto *tf32 = new QCheckBox(tr("TF32 tensor cores"));
+    addField(run, "device.tf32", tf32, tr("GPU GEMMs"));
+    auto gpuOnly = [tf32](const QString &d) { tf32->setEnabled(d.startsWith(QLatin1String("cuda"))); };
+    connect(device, &QComboBox::currentTextChanged, this, gpuOnly);
+    gpuOnly(device->currentText());
     auto *slowdown = new QLineEdit;
     slowdown->setPlaceholderText(tr("all 1, e.g. 1, 1, 1, 3"));
     addField(run, "workers_slowdown", slowdown, tr("Slowdown per worker"));

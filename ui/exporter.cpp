@@ -53,9 +53,7 @@ QStringList renderRunImages(const RunDataPtr &run, const QString &dir, QSize siz
     TimelineView timeline;
     timeline.resize(size);
     timeline.setRun(run);
-    timeline.setTitle(QObject::tr("%1: %2 mode, %3 workers")
-                          .arg(run->label(), QString::fromStdString(run->config().mode))
-                          .arg(run->workers()));
+    timeline.setTitle(run->title());
     timeline.fitAll();
     const QString path = QDir(dir).filePath(QStringLiteral("timeline.png"));
     if (exportPlot(&timeline, path, size, 1.0, error))

@@ -63,6 +63,8 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     auto *bannerLayout = new QHBoxLayout(m_banner);
     m_bannerText = new QLabel;
     m_bannerText->setWordWrap(true);
+    // Messages are escaped and use <br>; without this a message with no tag shows its entities.
+    m_bannerText->setTextFormat(Qt::RichText);
     m_bannerText->setTextInteractionFlags(Qt::TextSelectableByMouse);
     auto *close = new QToolButton;
     close->setText(QStringLiteral("\u2715"));
@@ -437,7 +439,7 @@ void MainWindow::showRun(const RunDataPtr &run)
 {
     m_shown = run;
     m_timeline->setRun(run);
-    m_timeline->setTitle(tr("%1: %2 mode, %3 workers").arg(run->label(), QString::fromStdString(run->config().mode)).arg(run->workers()));
+    m_timeline->setTitle(run->title());
     updateCompare();
 }
 

@@ -39,6 +39,12 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     }
     try {
         m_engine = std::make_unique<Engine>(prepared.config, prepared.train, prepared.eval);
+    } catch (const ConfigError &e) { // a device that is not there: the form marks the field
+        QStringList fields;
+        for (const auto &f : e.fields())
+            fields << QString::fromStdString(f);
+        Q_EMIT runFailed(tr("Cannot start: %1").arg(QString::fromStdString(e.what())), fields);
+        return false;
     } catch (const std::exception &e) {
         Q_EMIT runFailed(tr("Cannot start: %1").arg(QString::fromStdString(e.what())), {});
         return false;

@@ -1,5 +1,7 @@
 #include "rundata.h"
 
+#include <QObject>
+
 #include <algorithm>
 
 namespace syncopate {
@@ -31,6 +33,17 @@ TimelineRow &RunData::rowFor(int worker, bool dataLane)
 {
     const std::size_t perWorker = m_config.prefetch ? 2 : 1;
     return m_rows[std::size_t(worker) * perWorker + (dataLane && m_config.prefetch ? 1 : 0)];
+}
+
+QString RunData::title() const
+{
+    QString t = QObject::tr("%1: %2 mode, %3 workers")
+                    .arg(m_label, QString::fromStdString(m_config.mode))
+                    .arg(m_config.workers);
+    if (m_config.device != "cpu")
+        t += QObject::tr(" on %1%2").arg(QString::fromStdString(m_config.device),
+                                         m_config.tf32 ? QObject::tr(" (TF32)") : QString());
+    return t;
 }
 
 void RunData::append(const std::vector<Record> &records)

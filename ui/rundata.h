@@ -38,6 +38,8 @@ public:
     const RunConfig &config() const { return m_config; }
     const QString &label() const { return m_label; }
     void setLabel(const QString &label) { m_label = label; }
+    // "run 1: sync mode, 4 workers" (and the device, when not the CPU): timeline and export title.
+    QString title() const;
     QString directory() const { return m_directory; }
     void setDirectory(const QString &dir) { m_directory = dir; }
 
