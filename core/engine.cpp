@@ -491,22 +491,21 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
             gatherBatch(*m_train, sampler, step, w.index, m_config.batch, b.x.data(),
                         b.labels.data(), b.y.data());
         }
+        if (w.devX.data()) { // the batch onto the GPU, queued ahead of the forward pass
+            const BatchBuffers &b = w.buffers[w.current];
+            w.device->upload(w.devX.data(), b.x.data(), b.x.size());
+            w.device->uploadBytes(w.devLabels.data(), b.labels.data(),
+                                  b.labels.size() * sizeof(std::int32_t));
+            w.device->upload(w.devY.data(), b.y.data(), b.y.size());
+        }
         w.rec.span(Phase::Data, std::uint32_t(step), t0, w.rec.now());
     }
     const BatchBuffers &b = w.buffers[w.current];
-    const float *x = b.x.data();
-    const std::int32_t *labels = b.labels.data();
-    const float *y = b.y.data();
-    if (w.devX.data()) { // queued on the worker's stream, ahead of the forward pass
-        const std::int64_t t0 = w.rec.now();
-        w.device->upload(w.devX.data(), x, b.x.size());
-        w.device->uploadBytes(w.devLabels.data(), labels, b.labels.size() * sizeof(std::int32_t));
-        w.device->upload(w.devY.data(), y, b.y.size());
-        x = w.devX.data();
-        labels = reinterpret_cast<const std::int32_t *>(w.devLabels.data());
-        y = w.devY.data();
-        w.rec.span(Phase::Data, std::uint32_t(step), t0, w.rec.now());
-    }
+    const bool onDevice = w.devX.data() != nullptr;
+    const float *x = onDevice ? w.devX.data() : b.x.data();
+    const std::int32_t *labels = onDevice ? reinterpret_cast<const std::int32_t *>(w.devLabels.data())
+                                          : b.labels.data();
+    const float *y = onDevice ? w.devY.data() : b.y.data();
     enter(w, Phase::Forward, step);
     const std::int64_t computeStart = w.rec.now();
     const double loss = w.model->forwardLoss(x, labels, y, &w.rec, std::uint32_t(step));
