@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include "model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -163,10 +165,9 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
     if (!config.async() && !reduceNs.empty()) {
         // As nccl-tests report an all-reduce of S bytes per rank taking t: algbw = S / t,
         // busbw = algbw * 2(n-1)/n, with t the slowest worker's reduce time of each step.
-        std::size_t params = 0;
-        for (std::size_t l = 0; l + 1 < config.layers.size(); ++l)
-            params += std::size_t(config.layers[l] + 1) * std::size_t(config.layers[l + 1]);
-        const double bytes = double(params) * sizeof(float);
+        ModelSpec spec;
+        spec.layers = config.layers;
+        const double bytes = double(spec.paramCount()) * sizeof(float);
         double totalNs = 0;
         std::size_t steps = 0;
         for (const auto &perStep : reduceNs) {

@@ -4,6 +4,18 @@
 #include <QDir>
 
 namespace syncopate {
+namespace {
+
+QStringList fieldsOf(const ConfigError &e)
+{
+    QStringList fields;
+    for (const auto &f : e.fields())
+        fields << QString::fromStdString(f);
+    return fields;
+}
+
+} // namespace
+
 
 RunController::RunController(QObject *parent) : QObject(parent)
 {
@@ -28,10 +40,7 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     try {
         prepared = prepareRun(config);
     } catch (const ConfigError &e) {
-        QStringList fields;
-        for (const auto &f : e.fields())
-            fields << QString::fromStdString(f);
-        Q_EMIT runFailed(QString::fromStdString(e.what()), fields);
+        Q_EMIT runFailed(QString::fromStdString(e.what()), fieldsOf(e));
         return false;
     } catch (const std::exception &e) {
         Q_EMIT runFailed(QString::fromStdString(e.what()), {});
@@ -40,10 +49,7 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     try {
         m_engine = std::make_unique<Engine>(prepared.config, prepared.train, prepared.eval);
     } catch (const ConfigError &e) { // a device that is not there: the form marks the field
-        QStringList fields;
-        for (const auto &f : e.fields())
-            fields << QString::fromStdString(f);
-        Q_EMIT runFailed(tr("Cannot start: %1").arg(QString::fromStdString(e.what())), fields);
+        Q_EMIT runFailed(tr("Cannot start: %1").arg(QString::fromStdString(e.what())), fieldsOf(e));
         return false;
     } catch (const std::exception &e) {
         Q_EMIT runFailed(tr("Cannot start: %1").arg(QString::fromStdString(e.what())), {});
