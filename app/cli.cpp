@@ -187,6 +187,10 @@ int commandRun(const std::vector<std::string> &args)
     std::signal(SIGTERM, onInterrupt);
     const bool tty = isatty(STDERR_FILENO);
     engine.start();
+    // Said once the handlers are in place, so a script (or a test) knows from here on that an
+    // interrupt stops the run and keeps it.
+    std::fprintf(stderr, "running into %s: Ctrl-C stops and keeps what ran\n", outDir.c_str());
+    std::fflush(stderr);
     bool stopAsked = false;
     while (!engine.waitFor(std::chrono::milliseconds(100))) {
         if (g_interrupts.load() > 0 && !stopAsked) {

@@ -20,17 +20,28 @@ private Q_SLOTS:
 void TestTrace::runClockAgreesWithTheSteadyClock()
 {
     // Both clocks measure the same interval, so the comparison does not depend on how long the
-    // sleep really took.
-    RunClock clock;
-    const auto s0 = std::chrono::steady_clock::now();
-    const std::int64_t r0 = clock.now();
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    const std::int64_t r1 = clock.now();
-    const auto s1 = std::chrono::steady_clock::now();
-    const double steady = double(std::chrono::duration_cast<std::chrono::nanoseconds>(s1 - s0).count());
-    QVERIFY(r1 > r0);
-    QVERIFY2(std::abs(double(r1 - r0) - steady) < 0.02 * steady + 2e5,
-             qPrintable(QStringLiteral("run clock %1 ns, steady clock %2 ns").arg(r1 - r0).arg(steady)));
+    // sleep really took. A preemption between reading one clock and the other adds error, so the
+    // best of a few tries is compared: a clock that runs at the wrong rate fails every try.
+    double bestError = 1e18, steadyOfBest = 0;
+    std::int64_t runOfBest = 0;
+    for (int attempt = 0; attempt < 8 && bestError > 0.02 * steadyOfBest + 2e5; ++attempt) {
+        RunClock clock;
+        const auto s0 = std::chrono::steady_clock::now();
+        const std::int64_t r0 = clock.now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        const std::int64_t r1 = clock.now();
+        const auto s1 = std::chrono::steady_clock::now();
+        QVERIFY(r1 > r0);
+        const double steady = double(std::chrono::duration_cast<std::chrono::nanoseconds>(s1 - s0).count());
+        const double error = std::abs(double(r1 - r0) - steady);
+        if (error < bestError) {
+            bestError = error;
+            steadyOfBest = steady;
+            runOfBest = r1 - r0;
+        }
+    }
+    QVERIFY2(bestError < 0.02 * steadyOfBest + 2e5,
+             qPrintable(QStringLiteral("run clock %1 ns, steady clock %2 ns").arg(runOfBest).arg(steadyOfBest)));
 }
 
 void TestTrace::recordPacksKindLaneAndPhase()
