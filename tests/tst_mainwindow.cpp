@@ -24,6 +24,7 @@ class TestMainWindow : public QObject {
     Q_OBJECT
 private Q_SLOTS:
     void initTestCase();
+    void emptyViewsSayWhy();
     void runsAPresetToTheEnd();
     void exportsEveryFormat_data();
     void exportsEveryFormat();
@@ -70,6 +71,19 @@ int TestMainWindow::distinctColours(const QImage &image)
     return int(colours.size());
 }
 
+void TestMainWindow::emptyViewsSayWhy()
+{
+    // Before any run every plot says how to start one, and neither the timeline nor a chart draws
+    // an empty legend.
+    MainWindow &w = *m_window;
+    QVERIFY(placeholderText(w.timeline()).contains(QStringLiteral("No run yet")));
+    QVERIFY(!w.timeline()->legend->visible());
+    for (auto &[name, plot] : w.charts()->plots()) {
+        QVERIFY2(placeholderText(plot).contains(QStringLiteral("No run yet")), qPrintable(name));
+        QVERIFY2(!plot->legend->visible(), qPrintable(name));
+    }
+}
+
 void TestMainWindow::runsAPresetToTheEnd()
 {
     MainWindow &w = *m_window;
@@ -92,6 +106,15 @@ void TestMainWindow::runsAPresetToTheEnd()
         QCOMPARE(int(run->waitMs(worker).size()), 30);
         for (double v : run->waitMs(worker))
             QVERIFY(v >= 0);
+    }
+    // With data the placeholders are gone, except where sync has nothing to show.
+    QVERIFY(placeholderText(w.timeline()).isEmpty());
+    QVERIFY(w.timeline()->legend->visible());
+    for (auto &[name, plot] : w.charts()->plots()) {
+        if (plot == w.charts()->stalenessPlot())
+            QVERIFY(placeholderText(plot).startsWith(QStringLiteral("Synchronous")));
+        else
+            QVERIFY2(placeholderText(plot).isEmpty(), qPrintable(name + QStringLiteral(": ") + placeholderText(plot)));
     }
     // The timeline drew something.
     w.timeline()->replot();
@@ -140,6 +163,7 @@ void TestMainWindow::asyncRunFillsStaleness()
     QVERIFY(!run->stalenessHistogram().empty());
     auto *bars = qobject_cast<QCPBars *>(w.charts()->stalenessPlot()->plottable(0));
     QVERIFY(bars && bars->dataCount() > 0);
+    QVERIFY(placeholderText(w.charts()->stalenessPlot()).isEmpty());
 }
 
 void TestMainWindow::badConfigGoesToTheBanner()

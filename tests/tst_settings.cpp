@@ -27,6 +27,10 @@ void TestSettings::roundTrip()
     a.windowState = QByteArray("state\x00\xff", 7);
     a.presentation = true;
     a.followLive = false;
+    a.chartTab = 3;
+    a.lossAgainstTime = true;
+    a.lossSmoothing = 25;
+    a.lossLog = false;
     {
         QSettings s(file, QSettings::IniFormat);
         a.save(s);
@@ -44,6 +48,10 @@ void TestSettings::roundTrip()
     QCOMPARE(b.windowState, a.windowState);
     QCOMPARE(b.presentation, true);
     QCOMPARE(b.followLive, false);
+    QCOMPARE(b.chartTab, 3);
+    QCOMPARE(b.lossAgainstTime, true);
+    QCOMPARE(b.lossSmoothing, 25);
+    QCOMPARE(b.lossLog, false);
 }
 
 void TestSettings::defaultsWhenEmpty()
@@ -59,6 +67,9 @@ void TestSettings::defaultsWhenEmpty()
     QCOMPARE(b.lastPreset, QStringLiteral("default"));
     QCOMPARE(b.presentation, false);
     QCOMPARE(b.followLive, true);
+    QCOMPARE(b.chartTab, 0);
+    QCOMPARE(b.lossLog, true);
+    QCOMPARE(b.lossSmoothing, 1);
 }
 
 void TestSettings::oldLayoutIsDropped()

@@ -117,6 +117,65 @@ void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
     plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
 }
 
+namespace {
+
+QCPItemText *placeholderOf(QCustomPlot *plot)
+{
+    for (int i = 0; i < plot->itemCount(); ++i)
+        if (auto *t = qobject_cast<QCPItemText *>(plot->item(i)); t && t->objectName() == QLatin1String("placeholder"))
+            return t;
+    return nullptr;
+}
+
+bool hasData(QCustomPlot *plot)
+{
+    for (int i = 0; i < plot->plottableCount(); ++i)
+        if (const auto *d = plot->plottable(i)->interface1D(); d && d->dataCount() > 0)
+            return true;
+    return false;
+}
+
+} // namespace
+
+void setPlaceholder(QCustomPlot *plot, const QString &text)
+{
+    QCPItemText *t = placeholderOf(plot);
+    if (!t && !text.isEmpty()) {
+        t = new QCPItemText(plot);
+        t->setObjectName(QStringLiteral("placeholder"));
+        t->setClipToAxisRect(false);
+        t->position->setType(QCPItemPosition::ptAxisRectRatio);
+        t->position->setAxisRect(plot->axisRect(0));
+        t->position->setCoords(0.5, 0.45);
+        t->setPositionAlignment(Qt::AlignCenter);
+        t->setTextAlignment(Qt::AlignCenter);
+        t->setColor(QColor(90, 90, 90));
+    }
+    if (t) {
+        QFont f = plot->font();
+        f.setPointSizeF(f.pointSizeF() * 1.25);
+        t->setFont(f);
+        t->setText(text);
+        t->setVisible(!text.isEmpty());
+    }
+    // Only a legend inset in the axis rect is hidden: hiding one that is a cell of the plot's
+    // layout grid upsets the grid's column widths.
+    if (plot->legend->layout() == plot->axisRect()->insetLayout())
+        plot->legend->setVisible(plot->legend->itemCount() > 0);
+}
+
+QString placeholderText(QCustomPlot *plot)
+{
+    const QCPItemText *t = placeholderOf(plot);
+    return t && t->visible() ? t->text() : QString();
+}
+
+QString emptyPlotText(bool haveRun)
+{
+    return haveRun ? QObject::tr("Waiting for the first step\u2026")
+                   : QObject::tr("No run yet.\nChoose an experiment and press Run (F5).");
+}
+
 ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
 {
     auto makePlot = [&](const QString &name, const QString &helpKey) {
@@ -174,6 +233,7 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     setupChart(m_staleness, tr("Gradient staleness"), tr("staleness (updates)"), tr("updates"));
     setupChart(m_memory, tr("Peak activation memory per step"), tr("step"), tr("activations (KiB)"));
     setupChart(m_throughput, tr("Throughput"), tr("run time (s)"), tr("samples / s"));
+    refresh();
 }
 
 std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::plots() const
@@ -188,6 +248,9 @@ std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::plots() const
 void ChartsWidget::setLossAgainstTime(bool time) { m_lossAxis->setCurrentIndex(time ? 1 : 0); }
 void ChartsWidget::setSmoothing(int window) { m_smoothing->setValue(window); }
 void ChartsWidget::setLogLoss(bool log) { m_logLoss->setChecked(log); }
+bool ChartsWidget::lossAgainstTime() const { return m_lossAxis->currentIndex() == 1; }
+int ChartsWidget::smoothing() const { return m_smoothing->value(); }
+bool ChartsWidget::logLoss() const { return m_logLoss->isChecked(); }
 
 void ChartsWidget::setRuns(RunDataPtr current, std::vector<RunDataPtr> compare)
 {
@@ -232,8 +295,19 @@ void ChartsWidget::refresh()
     fillStaleness();
     fillMemory();
     fillThroughput();
-    for (auto &[name, plot] : plots())
+    const bool haveRun = m_current || !m_compare.empty();
+    const bool running = m_current && m_current->state == RunState::Running;
+    for (auto &[name, plot] : plots()) {
+        QString text;
+        if (plot == m_staleness && m_current && !m_current->config().async())
+            text = tr("Synchronous: every gradient is computed on the current parameters,\n"
+                      "so no update is stale.");
+        else if (!hasData(plot))
+            text = haveRun && !running ? tr("This run recorded nothing for this chart.")
+                                       : emptyPlotText(haveRun);
+        setPlaceholder(plot, text);
         plot->replot(QCustomPlot::rpQueuedReplot);
+    }
 }
 
 void ChartsWidget::fillLoss()

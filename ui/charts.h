@@ -35,6 +35,9 @@ public:
     void setLossAgainstTime(bool time);
     void setSmoothing(int window);
     void setLogLoss(bool log);
+    bool lossAgainstTime() const;
+    int smoothing() const;
+    bool logLoss() const;
 
 private:
     void rebuild();
@@ -56,5 +59,14 @@ private:
 // Title row and styling shared by every chart (and used by exports).
 void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
                 const QString &yLabel);
+
+// A line of text centred in the plot's first axis rect, for a plot with nothing to show yet; an
+// empty text hides it. A legend inset in the axis rect is shown only while it has entries, so an
+// empty chart does not draw an empty legend box.
+void setPlaceholder(QCustomPlot *plot, const QString &text);
+QString placeholderText(QCustomPlot *plot);
+
+// What an empty plot says: before any run, or while a run has not finished its first step.
+QString emptyPlotText(bool haveRun);
 
 } // namespace syncopate

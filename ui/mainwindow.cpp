@@ -34,6 +34,8 @@
 #include <QGridLayout>
 #include <QSpinBox>
 
+#include <algorithm>
+
 namespace syncopate {
 namespace {
 
@@ -143,6 +145,10 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
         m_form->setFromJson(last);
     rebuildWorkerControls(m_form->workers(), false);
     m_followAction->setChecked(m_settings.followLive);
+    m_charts->setCurrentIndex(std::clamp(m_settings.chartTab, 0, m_charts->count() - 1));
+    m_charts->setLossAgainstTime(m_settings.lossAgainstTime);
+    m_charts->setSmoothing(m_settings.lossSmoothing); // the spin box clamps it to its range
+    m_charts->setLogLoss(m_settings.lossLog);
     if (m_settings.presentation)
         setPresentationMode(true);
     updateActions();
@@ -591,6 +597,10 @@ void MainWindow::closeEvent(QCloseEvent *event)
     m_settings.windowState = saveState(AppSettings::kLayoutVersion);
     m_settings.lastExperiment = QString::fromStdString(m_form->toJson().dump());
     m_settings.followLive = m_followAction->isChecked();
+    m_settings.chartTab = m_charts->currentIndex();
+    m_settings.lossAgainstTime = m_charts->lossAgainstTime();
+    m_settings.lossSmoothing = m_charts->smoothing();
+    m_settings.lossLog = m_charts->logLoss();
     QSettings qs;
     m_settings.save(qs);
     event->accept();

@@ -18,6 +18,10 @@ void forEachKey(AppSettings &s, const AppSettings &d, F &&f)
     f("window/state", s.windowState, d.windowState);
     f("view/presentation", s.presentation, d.presentation);
     f("view/followLive", s.followLive, d.followLive);
+    f("charts/tab", s.chartTab, d.chartTab);
+    f("charts/lossAgainstTime", s.lossAgainstTime, d.lossAgainstTime);
+    f("charts/lossSmoothing", s.lossSmoothing, d.lossSmoothing);
+    f("charts/lossLog", s.lossLog, d.lossLog);
 }
 
 } // namespace

@@ -18,6 +18,10 @@ struct AppSettings {
     QByteArray windowState;
     bool presentation = false;
     bool followLive = true;
+    int chartTab = 0;          // Loss, Barrier stalls, Staleness, Activation memory, Throughput
+    bool lossAgainstTime = false;
+    int lossSmoothing = 1;
+    bool lossLog = true;
 
     static constexpr int kLayoutVersion = 1; // bump when docks or toolbars change
     static AppSettings defaults();

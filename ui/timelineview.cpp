@@ -1,5 +1,6 @@
 #include "timelineview.h"
 
+#include "charts.h"
 #include "phaselegend.h"
 #include "phasestyle.h"
 #include "timelineplottable.h"
@@ -13,6 +14,7 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     setNoAntialiasingOnDrag(true);
     setPlottingHint(QCP::phCacheLabels, true);
     m_plottable = new TimelinePlottable(xAxis, yAxis);
+    m_plottable->removeFromLegend(); // the legend lists phases (addPhaseLegend), not the plottable
     xAxis->setLabel(tr("run time (ms)"));
     yAxis->setRangeReversed(true);
     yAxis->grid()->setVisible(false);
@@ -28,10 +30,7 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     plotLayout()->insertRow(0);
     m_title = new QCPTextElement(this, QString(), QFont(font().family(), font().pointSize() + 2, QFont::Bold));
     plotLayout()->addElement(0, 0, m_title);
-    legend->setVisible(true);
     axisRect()->insetLayout()->take(legend);
-    plotLayout()->addElement(2, 0, legend);
-    plotLayout()->setRowStretchFactor(2, 0.001);
     legend->setFillOrder(QCPLegend::foColumnsFirst);
     legend->setWrap(12);
     legend->setBorderPen(Qt::NoPen);
@@ -45,6 +44,8 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     connect(selectionRect(), &QCPSelectionRect::accepted, this, &TimelineView::onSelectionAccepted);
     setMouseTracking(true);
     setToolTip(metricHelp(QStringLiteral("timeline")));
+    placeLegend(false);
+    refresh();
 }
 
 void TimelineView::setTitle(const QString &title) { m_title->setText(title); }
@@ -69,10 +70,26 @@ void TimelineView::setRun(RunDataPtr run)
         phases.push_back(Phase::Pause);
     }
     addPhaseLegend(legend, phases);
+    placeLegend(!phases.empty());
     updateRowLabels();
     m_follow = true;
     refresh();
     fitAll();
+}
+
+void TimelineView::placeLegend(bool show)
+{
+    // The legend is a row of the plot's layout below the axis rect. An empty one would cap the
+    // layout's width at its own (zero), so it leaves the layout while there is nothing to list.
+    const bool placed = legend->layout() == plotLayout();
+    if (show && !placed) {
+        plotLayout()->addElement(plotLayout()->rowCount(), 0, legend);
+        plotLayout()->setRowStretchFactor(plotLayout()->rowCount() - 1, 0.001);
+    } else if (!show && placed) {
+        plotLayout()->take(legend);
+        plotLayout()->simplify();
+    }
+    legend->setVisible(show);
 }
 
 void TimelineView::updateRowLabels()
@@ -92,6 +109,7 @@ void TimelineView::refresh()
 {
     if (m_run && m_run->rows().size() != m_labelledRows)
         updateRowLabels();
+    setPlaceholder(this, m_run && m_run->spanCount() > 0 ? QString() : emptyPlotText(bool(m_run)));
     if (m_follow && m_run && m_run->state == RunState::Running) {
         const double end = double(m_run->endNs()) / 1e6;
         xAxis->setRange(std::max(0.0, end - m_followWindowMs), std::max(end, 1e-3));

@@ -43,6 +43,7 @@ protected:
 
 private:
     void updateRowLabels();
+    void placeLegend(bool show);
     void onSelectionAccepted(const QRect &rect, QMouseEvent *event);
 
     RunDataPtr m_run;
