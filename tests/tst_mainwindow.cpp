@@ -9,6 +9,7 @@
 #include "timelineplottable.h"
 #include "timelineview.h"
 
+#include <QDockWidget>
 #include <QLineEdit>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -227,8 +228,18 @@ void TestMainWindow::presentationModeScalesFonts()
     const qreal before = QApplication::font().pointSizeF();
     m_window->setPresentationMode(true);
     QVERIFY(QApplication::font().pointSizeF() > before * 1.5);
+    // Dock titles too: a dock paints its title in the platform's small dock font only while its
+    // font equals the QDockWidget class font.
+    const auto docks = m_window->findChildren<QDockWidget *>();
+    QVERIFY(!docks.isEmpty());
+    for (QDockWidget *d : docks) {
+        QVERIFY2(d->font() != QApplication::font("QDockWidget"), qPrintable(d->windowTitle()));
+        QVERIFY(d->font().pointSizeF() > before * 1.5);
+    }
     m_window->setPresentationMode(false);
     QCOMPARE(QApplication::font().pointSizeF(), before);
+    for (QDockWidget *d : docks)
+        QCOMPARE(d->font().pointSizeF(), before);
 }
 
 QTEST_MAIN(TestMainWindow)

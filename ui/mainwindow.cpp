@@ -491,7 +491,10 @@ void MainWindow::setPresentationMode(bool on)
     QApplication::setFont(f);
     m_timeline->setFont(f);
     m_charts->setFont(f);
-    // The style gives dock titles and menus fonts of their own; scale them too.
+    // The style gives dock titles and menus fonts of their own; scale them too. A dock whose
+    // font equals the class font for QDockWidget paints its title in the platform's (small) dock
+    // title font, so the class font stays the base font and a scaled dock font differs from it.
+    QApplication::setFont(m_baseFont, "QDockWidget");
     QList<QDockWidget *> left;
     for (QDockWidget *d : findChildren<QDockWidget *>()) {
         d->setFont(f);

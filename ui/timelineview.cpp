@@ -148,7 +148,7 @@ void TimelineView::setPresentationScale(double scale)
     title.setPointSizeF(f.pointSizeF() + 2);
     title.setBold(true);
     m_title->setFont(title);
-    replot(QCustomPlot::rpQueuedReplot);
+    refresh(); // also rescales the placeholder text
 }
 
 void TimelineView::mousePressEvent(QMouseEvent *event)
