@@ -52,8 +52,10 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
             const double ms = double(r.duration()) / 1e6;
             switch (r.phase()) {
             case Phase::Wait:
-                row_.waitMs += ms;
-                waitNs[std::size_t(w)] += double(r.duration());
+                if (r.isStall()) {
+                    row_.waitMs += ms;
+                    waitNs[std::size_t(w)] += double(r.duration());
+                }
                 break;
             case Phase::Delay:
                 row_.delayMs += ms;

@@ -46,6 +46,9 @@ struct Record {
     Lane lane() const { return Lane(code >> 4); }
     std::int64_t duration() const { return end - start; }
     bool isSpan() const { return kind == RecordKind::Span; }
+    // Time a worker stood still waiting for others (barrier, SSP bound, server lock): what the
+    // summary's stall figures and the stall chart both count. Injected delay is not a stall.
+    bool isStall() const { return isSpan() && phase() == Phase::Wait && lane() != Lane::Data; }
 
     static Record span(int worker, Phase p, Lane lane, std::uint32_t step, std::int64_t start,
                        std::int64_t end, double value = 0)

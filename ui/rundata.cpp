@@ -59,7 +59,7 @@ void RunData::append(const std::vector<Record> &records)
                 std::swap(spans[i - 1], spans[i]);
             ++m_spans;
             m_last = std::max(m_last, r.end);
-            if (r.phase() == Phase::Wait) {
+            if (r.isStall()) {
                 auto &w = m_wait[r.worker];
                 if (w.size() <= r.step)
                     w.resize(std::size_t(r.step) + 1, 0.0);

@@ -47,7 +47,7 @@ public:
 
     const std::vector<TimelineRow> &rows() const { return m_rows; }
     const std::vector<CounterPoint> &counter(CounterId c, int worker) const;
-    // Wait (barrier, SSP, lock) and injected delay per worker per step, in ms.
+    // Stall time (Record::isStall: barrier, SSP bound, server lock) per worker per step, in ms.
     const std::vector<double> &waitMs(int worker) const { return m_wait[std::size_t(worker)]; }
     std::int64_t startNs() const { return m_first; }
     std::int64_t endNs() const { return m_last; }
