@@ -264,7 +264,7 @@ const std::vector<ConfigKey> &configKeys()
         {"jitter", KeyType::Number, "0", 0, 100, {},
          "Random extra delay per step, as a fraction of the step's compute time (seeded)."},
         {"eval.every", KeyType::Int, "0", 0, 1e8, {},
-         "Evaluate on held-out data every N steps (0 = only at the end when eval.samples > 0)."},
+         "Evaluate on held-out data every N steps (0 = only at the end when eval.samples > 0). In sync mode every worker evaluates its share of the held-out samples; in async mode the worker whose push completes the Nth update evaluates the server's parameters."},
         {"eval.samples", KeyType::Int, "1000", 0, 1e7, {},
          "Held-out samples per evaluation (0 = no evaluation)."},
         {"eval.images", KeyType::String, "\"\"", -kInf, kInf, {},

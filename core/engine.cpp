@@ -167,6 +167,11 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         ModelSpec plain = spec;
         plain.checkpointEvery = 0;
         m_evalModel = std::make_unique<Model>(*m_evalDevice, plain, m_config.batch);
+        if (!m_config.async() && m_config.evalEvery > 0) {
+            m_evalShards.resize(std::size_t(m_config.workers));
+            for (const auto &w : m_workers)
+                w->model->reserveEvaluation();
+        }
     }
 }
 
@@ -562,15 +567,45 @@ void Engine::syncStep(WorkerState &w, std::int64_t step)
         w.optimizer->step(w.model->params(), m_exchange->finish(w.index));
     }
 
-    if (w.index == 0) {
-        m_progress = step + 1;
-        const std::int64_t done = step + 1;
-        if (m_evalModel && m_config.evalEvery > 0 && done % m_config.evalEvery == 0 &&
-            done < m_config.steps) {
-            w.device->download(w.snapshot.data(), w.model->params(), w.snapshot.size());
-            evaluate(w, done, w.snapshot.data(), done);
-        }
+    const std::int64_t done = step + 1;
+    if (w.index == 0)
+        m_progress = done;
+    if (m_evalModel && m_config.evalEvery > 0 && done % m_config.evalEvery == 0 &&
+        done < m_config.steps)
+        evaluateShard(w, done);
+}
+
+void Engine::evaluateShard(WorkerState &w, std::int64_t step)
+{
+    enter(w, Phase::Eval, step);
+    const std::int64_t samples = m_eval->samples;
+    const std::int64_t lo = samples * w.index / m_config.workers;
+    const std::int64_t hi = samples * (w.index + 1) / m_config.workers;
+    const int inW = m_eval->features;
+    const int outW = m_eval->outputs;
+    const std::int64_t t0 = w.rec.now();
+    const EvalResult part = w.model->evaluate(
+        m_eval->x.data() + lo * inW, m_eval->labels.empty() ? nullptr : m_eval->labels.data() + lo,
+        m_eval->y.empty() ? nullptr : m_eval->y.data() + lo * outW, hi - lo);
+    const auto s32 = std::uint32_t(step);
+    w.rec.span(Phase::Eval, s32, t0, w.rec.now(), double(step));
+    std::lock_guard lock(m_evalMutex);
+    m_evalShards[std::size_t(w.index)] = part;
+    if (++m_evalShardsDone < m_config.workers)
+        return;
+    // The last shard in: combine in worker order, so the figure does not depend on timing. No
+    // worker starts the next round before this one ends: the barriers of the steps between
+    // wait for the worker doing this.
+    m_evalShardsDone = 0;
+    EvalResult all;
+    for (const EvalResult &s : m_evalShards) {
+        all.samples += s.samples;
+        all.lossSum += s.lossSum;
+        all.correct += s.correct;
     }
+    all.loss = all.samples ? all.lossSum / double(all.samples) : 0.0;
+    all.accuracy = all.samples ? double(all.correct) / double(all.samples) : 0.0;
+    recordEval(w, step, all);
 }
 
 bool Engine::awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mutex> &lock)
@@ -683,8 +718,13 @@ void Engine::evaluate(WorkerState &w, std::int64_t step, const float *params, st
     m_evalModel->device().upload(m_evalModel->params(), params, m_evalModel->paramCount());
     const EvalResult r = m_evalModel->evaluate(m_eval->x.data(), m_eval->labels.data(),
                                                m_eval->y.data(), m_eval->samples);
+    w.rec.span(Phase::Eval, std::uint32_t(step), t0, w.rec.now(), double(version));
+    recordEval(w, step, r);
+}
+
+void Engine::recordEval(WorkerState &w, std::int64_t step, const EvalResult &r)
+{
     const auto s32 = std::uint32_t(step);
-    w.rec.span(Phase::Eval, s32, t0, w.rec.now(), double(version));
     w.rec.counter(CounterId::EvalLoss, s32, r.loss);
     if (m_config.classification())
         w.rec.counter(CounterId::EvalAccuracy, s32, r.accuracy);

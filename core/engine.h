@@ -8,6 +8,7 @@
 #include "data.h"
 #include "device.h"
 #include "exchange.h"
+#include "model.h"
 #include "trace.h"
 
 #include <atomic>
@@ -22,7 +23,6 @@
 
 namespace syncopate {
 
-class Model;
 class Optimizer;
 struct WorkerState;
 
@@ -113,6 +113,11 @@ private:
     bool sleepCancellable(std::int64_t ns);
     bool awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mutex> &lock);
     void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version);
+    // Sync: every worker evaluates its shard of the held-out set on its own replica (all hold
+    // the same parameters after an update), as distributed evaluation does; the last to finish
+    // records the combined result. Nobody waits for anybody.
+    void evaluateShard(WorkerState &w, std::int64_t step);
+    void recordEval(WorkerState &w, std::int64_t step, const EvalResult &r);
     void fail(int worker, std::int64_t step, Phase phase, const std::string &what);
     void drain();
     std::vector<Record> m_drained; // drain()'s buffer, reused
@@ -160,6 +165,8 @@ private:
     std::unique_ptr<Device> m_evalDevice;
     std::unique_ptr<Model> m_evalModel;
     std::vector<EvalPoint> m_evalHistory;
+    std::vector<EvalResult> m_evalShards; // sync: one per worker, combined in worker order
+    int m_evalShardsDone = 0;             // guarded by m_evalMutex
 
     struct Fault {
         int worker = -1;

@@ -274,6 +274,21 @@ void Model::backward(Recorder *recorder, std::uint32_t step)
     }
 }
 
+void Model::reserveEvaluation()
+{
+    if (m_evalA.data())
+        return;
+    const int maxWidth = *std::max_element(m_spec.layers.begin(), m_spec.layers.end());
+    m_evalA = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
+    m_evalB = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
+    if (!m_device->hostAccessible()) { // the data stays on the host; chunks are copied in
+        m_evalX = DeviceBuffer(*m_device, std::size_t(m_batch) * m_spec.layers[0]);
+        m_evalT = DeviceBuffer(*m_device, m_spec.classification
+                                              ? std::size_t(m_batch)
+                                              : std::size_t(m_batch) * m_spec.outputWidth());
+    }
+}
+
 EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const float *targets,
                            std::int64_t rows)
 {
@@ -282,19 +297,8 @@ EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const flo
     std::int64_t correct = 0;
     const int L = m_spec.linearLayers();
     const int outW = m_spec.outputWidth();
-    // Scratch for evaluation is allocated by the first evaluation: training replicas never
-    // evaluate, so they do not carry it.
     const bool staged = !m_device->hostAccessible();
-    if (!m_evalA.data()) {
-        const int maxWidth = *std::max_element(m_spec.layers.begin(), m_spec.layers.end());
-        m_evalA = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
-        m_evalB = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
-        if (staged) { // the data stays on the host; each chunk is copied in before it is used
-            m_evalX = DeviceBuffer(*m_device, std::size_t(m_batch) * m_spec.layers[0]);
-            m_evalT = DeviceBuffer(*m_device, m_spec.classification ? std::size_t(m_batch)
-                                                                    : std::size_t(m_batch) * outW);
-        }
-    }
+    reserveEvaluation();
     static_assert(sizeof(std::int32_t) == sizeof(float), "labels share float-sized buffers");
     for (std::int64_t begin = 0; begin < rows; begin += m_batch) {
         const int n = int(std::min<std::int64_t>(m_batch, rows - begin));
@@ -328,6 +332,8 @@ EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const flo
         }
     }
     r.samples = rows;
+    r.lossSum = lossSum;
+    r.correct = correct;
     r.loss = rows ? lossSum / double(rows) : 0.0;
     r.accuracy = rows && m_spec.classification ? double(correct) / double(rows) : 0.0;
     return r;

@@ -31,6 +31,8 @@ struct EvalResult {
     double loss = 0;
     double accuracy = 0; // classification only
     std::int64_t samples = 0;
+    double lossSum = 0;      // loss * samples, for combining shards
+    std::int64_t correct = 0; // classification only
 };
 
 class Model {
@@ -62,6 +64,9 @@ public:
     // device cannot read host memory).
     EvalResult evaluate(const float *x, const std::int32_t *labels, const float *targets,
                         std::int64_t rows);
+    // Allocates evaluate()'s scratch now, so a replica that evaluates during training does not
+    // allocate on its worker's thread. evaluate() calls it itself otherwise.
+    void reserveEvaluation();
 
     // Activation bytes held right now, the peak since resetPeak(), and what is allocated.
     std::int64_t heldActivationBytes() const { return m_held; }
@@ -103,7 +108,7 @@ private:
     std::vector<Slot> m_slots;           // plain: per layer; checkpointed: per position in segment
     std::vector<float *> m_boundaries;   // checkpointed: input of segment s (s >= 1)
     DeviceBuffer m_gradA, m_gradB;       // activation gradients, ping-pong
-    DeviceBuffer m_evalA, m_evalB;       // evaluation scratch, allocated on first use
+    DeviceBuffer m_evalA, m_evalB;       // evaluation scratch, see reserveEvaluation()
     DeviceBuffer m_evalX, m_evalT;       // a chunk of host data on the device (labels or targets)
     const float *m_input = nullptr;
     const std::int32_t *m_labels = nullptr;

@@ -1,5 +1,6 @@
 // The sync strategy: N workers with batch B equal one worker with batch N*B, runs are
-// reproducible bit for bit, every phase is recorded, and a straggler's cost shows as waits.
+// reproducible bit for bit, every phase is recorded, a straggler holds the others at the barrier,
+// and evaluation sharded over the workers equals one evaluation of the whole held-out set.
 #include "testutil.h"
 
 using namespace syncopate;
@@ -15,6 +16,8 @@ private Q_SLOTS:
     void everyPhaseIsRecorded();
     void stragglerHoldsTheOthersAtTheBarrier();
     void lossFalls();
+    void shardedEvaluationEqualsWholeEvaluation_data();
+    void shardedEvaluationEqualsWholeEvaluation();
 };
 
 static json small(int workers, int batch, const char *optimizer, bool shuffle)
@@ -131,6 +134,49 @@ void TestSync::lossFalls()
     const auto evals = e->evalHistory();
     QCOMPARE(int(evals.size()), 3); // at 40, 80 and the end
     QVERIFY(evals.back().accuracy > 0.6);
+}
+
+void TestSync::shardedEvaluationEqualsWholeEvaluation_data()
+{
+    QTest::addColumn<int>("workers");
+    QTest::addColumn<bool>("checkpoint");
+    QTest::newRow("3 workers") << 3 << false;
+    QTest::newRow("4 workers, checkpointed") << 4 << true;
+    QTest::newRow("1 worker") << 1 << false;
+}
+
+void TestSync::shardedEvaluationEqualsWholeEvaluation()
+{
+    // During a sync run every worker evaluates its share of the held-out set; the combined
+    // figure must equal one evaluation of the whole set at the same parameters. The whole-set
+    // evaluation comes from a second run stopped at that step, whose end-of-run evaluation uses
+    // one model on every sample.
+    QFETCH(int, workers);
+    QFETCH(bool, checkpoint);
+    json c = small(workers, 8, "momentum", true);
+    c["model"]["checkpoint"] = checkpoint;
+    c["train"]["steps"] = 20;
+    c["eval"] = {{"samples", 301}, {"every", 10}}; // 301: shards of unequal size
+    auto during = runToEnd(c);
+    c["train"]["steps"] = 10;
+    c["eval"]["every"] = 0;
+    auto whole = runToEnd(c);
+    const auto a = during->evalHistory();
+    const auto b = whole->evalHistory();
+    QCOMPARE(int(a.size()), 2);
+    QCOMPARE(int(b.size()), 1);
+    QCOMPARE(a[0].step, std::int64_t(10));
+    QCOMPARE(b[0].step, std::int64_t(10));
+    QVERIFY2(std::abs(a[0].loss - b[0].loss) <= 1e-6 * std::abs(b[0].loss),
+             qPrintable(QStringLiteral("sharded %1, whole %2").arg(a[0].loss, 0, 'g', 17).arg(b[0].loss, 0, 'g', 17)));
+    QCOMPARE(a[0].accuracy, b[0].accuracy);
+    // Every worker evaluated its shard at step 10, and nobody waited for it.
+    std::vector<int> evalSpans(std::size_t(workers), 0);
+    for (const auto &r : during->events().all())
+        if (r.isSpan() && r.phase() == Phase::Eval && r.step == 10)
+            ++evalSpans[r.worker];
+    for (int w = 0; w < workers; ++w)
+        QVERIFY2(evalSpans[std::size_t(w)] == 1, qPrintable(QStringLiteral("worker %1").arg(w)));
 }
 
 QTEST_APPLESS_MAIN(TestSync)

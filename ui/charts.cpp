@@ -354,7 +354,7 @@ void ChartsWidget::fillLoss()
             }
             graph(tr("worker %1").arg(w), seriesColor(w), 1.2, Qt::SolidLine)->setData(x, smooth(y, window), true);
         }
-        // Held-out loss as dots: worker 0 records it.
+        // Held-out loss as dots, recorded by whichever worker completed that evaluation.
         QVector<double> ex, ey;
         for (int w = 0; w < run.workers(); ++w)
             for (const auto &pt : run.counter(CounterId::EvalLoss, w)) {
