@@ -217,7 +217,7 @@ const std::vector<ConfigKey> &configKeys()
          "with inputs rounded to a 10-bit mantissa (losses agree with FP32 to about 1e-3)."},
         {"model.layers", KeyType::IntArray, "null", 1, 65536, {},
          "Layer widths of the MLP, input first, output last. Left out: a size that suits the "
-         "data source."},
+         "data source (for idx files: their pixels per image, 256, their number of classes)."},
         {"model.activation", KeyType::Enum, "\"relu\"", -kInf, kInf, {"relu", "tanh", "gelu"},
          "Activation of the hidden layers."},
         {"model.checkpoint", KeyType::Bool, "false", -kInf, kInf, {},
@@ -231,9 +231,11 @@ const std::vector<ConfigKey> &configKeys()
          "random teacher network; idx: MNIST-format files (data.images, data.labels); "
          "fashion-mnist: Debian's dataset-fashion-mnist package."},
         {"data.images", KeyType::String, "\"\"", -kInf, kInf, {},
-         "IDX image file (raw or .gz) for data.source=idx."},
+         "IDX image file (raw or .gz) for data.source=idx: any IDX type; integers are divided "
+         "by their type's largest value (bytes: / 255), floats used as stored."},
         {"data.labels", KeyType::String, "\"\"", -kInf, kInf, {},
-         "IDX label file (raw or .gz) for data.source=idx."},
+         "IDX label file (raw or .gz) for data.source=idx: one integer class (0 to 65535) per "
+         "image."},
         {"data.samples", KeyType::Int, "0", 0, 1e9, {},
          "Training samples: how many to generate, or the first N of a file; 0 = 8192 generated "
          "or the whole file."},
@@ -392,6 +394,7 @@ RunConfig parseConfig(const nlohmann::json &input)
 
     const bool layersGiven = !v["model.layers"].is_null();
     c.layers = layersGiven ? v["model.layers"].get<std::vector<int>>() : defaultLayers(c.source);
+    c.layersFromData = !layersGiven && c.source == "idx";
 
     // Checks that involve more than one key.
     try {

@@ -45,6 +45,9 @@ struct RunConfig {
     bool tf32 = false;
 
     std::vector<int> layers; // widths, input first
+    // model.layers left out for IDX files: layers holds a placeholder until fitModelToData()
+    // reads the widths off the files.
+    bool layersFromData = false;
     std::string activation = "relu";
     bool checkpoint = false;
     int checkpointEvery = 0; // resolved: >= 1 when checkpoint is on

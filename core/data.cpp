@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 namespace syncopate {
 namespace {
@@ -58,6 +59,20 @@ public:
     }
     std::uint64_t offset() const { return m_offset; }
     const std::string &path() const { return m_path; }
+    // Whether any byte follows what has been read.
+    bool hasMore()
+    {
+        const int c = gzgetc(m_file);
+        if (c == -1) {
+            int code = 0;
+            const char *msg = gzerror(m_file, &code);
+            if (code != Z_OK && code != Z_BUF_ERROR)
+                throw DataError(m_path + ": corrupt compressed data after byte " +
+                                std::to_string(m_offset) + " (" + msg + ")");
+            return false;
+        }
+        return true;
+    }
 
 private:
     std::string m_path;
@@ -161,28 +176,44 @@ std::shared_ptr<Dataset> makeTeacher(int features, int outputs, std::int64_t n, 
     return d;
 }
 
-void checkFitsModel(const Dataset &d, const RunConfig &c)
+} // namespace
+
+const char *IdxArray::typeName() const
 {
-    if (d.features != c.inputWidth())
-        throw ConfigError("model.layers = " + nlohmann::json(c.layers).dump() + ": the data (" +
-                              d.name + ") has " + std::to_string(d.features) +
-                              " features per sample, so the first width must be " +
-                              std::to_string(d.features),
-                          {"model.layers"});
-    if (d.classification) {
-        std::int32_t maxLabel = 0;
-        for (auto l : d.labels)
-            maxLabel = std::max(maxLabel, l);
-        if (maxLabel >= c.outputWidth())
-            throw ConfigError("model.layers = " + nlohmann::json(c.layers).dump() + ": the data (" +
-                                  d.name + ") has labels up to " + std::to_string(maxLabel) +
-                                  ", so the last width must be at least " +
-                                  std::to_string(maxLabel + 1),
-                              {"model.layers"});
+    switch (type) {
+    case 0x08: return "unsigned bytes";
+    case 0x09: return "signed bytes";
+    case 0x0B: return "16-bit integers";
+    case 0x0C: return "32-bit integers";
+    case 0x0D: return "32-bit floats";
+    default: return "64-bit floats";
     }
 }
 
-} // namespace
+double IdxArray::value(std::int64_t i) const
+{
+    const std::uint8_t *p = data.data() + std::size_t(i) * std::size_t(elementBytes);
+    std::uint64_t bits = 0;
+    for (int b = 0; b < elementBytes; ++b)
+        bits = (bits << 8) | p[b];
+    switch (type) {
+    case 0x08: return double(p[0]);
+    case 0x09: return double(std::int8_t(p[0]));
+    case 0x0B: return double(std::int16_t(std::uint16_t(bits)));
+    case 0x0C: return double(std::int32_t(std::uint32_t(bits)));
+    case 0x0D: {
+        const auto u = std::uint32_t(bits);
+        float f;
+        std::memcpy(&f, &u, sizeof f);
+        return double(f);
+    }
+    default: {
+        double d;
+        std::memcpy(&d, &bits, sizeof d);
+        return d;
+    }
+    }
+}
 
 IdxArray readIdx(const std::string &path, std::int64_t maxItems)
 {
@@ -193,10 +224,18 @@ IdxArray readIdx(const std::string &path, std::int64_t maxItems)
     if ((magic >> 16) != 0 || rank == 0 || rank > 4)
         throw DataError(path + ": bad magic number " + hex32(magic) +
                         " at byte 0 (an IDX file starts with 0x0000TTNN: type TT, NN dimensions)");
-    if (type != 0x08)
-        throw DataError(path + ": data type " + hex32(type) +
-                        " at byte 2 is not supported (expected 0x08, unsigned bytes)");
     IdxArray a;
+    a.type = type;
+    switch (type) {
+    case 0x08: case 0x09: a.elementBytes = 1; break;
+    case 0x0B: a.elementBytes = 2; break;
+    case 0x0C: case 0x0D: a.elementBytes = 4; break;
+    case 0x0E: a.elementBytes = 8; break;
+    default:
+        throw DataError(path + ": data type " + hex32(type) +
+                        " at byte 2 is not an IDX type (expected 0x08 unsigned bytes, 0x09 "
+                        "signed bytes, 0x0B 16-bit or 0x0C 32-bit integers, 0x0D or 0x0E floats)");
+    }
     std::int64_t total = 1;
     for (std::uint32_t i = 0; i < rank; ++i) {
         const std::uint64_t at = in.offset();
@@ -207,15 +246,27 @@ IdxArray readIdx(const std::string &path, std::int64_t maxItems)
                             " (expected 1 to 2^30)");
         a.dims.push_back(n);
         total *= n;
-        if (total > (std::int64_t(1) << 34))
+        if (total * a.elementBytes > (std::int64_t(1) << 34))
             throw DataError(path + ": the dimensions describe more than 16 GiB of data");
     }
-    if (maxItems > 0 && maxItems < a.dims[0]) {
+    const bool prefix = maxItems > 0 && maxItems < a.dims[0];
+    if (prefix) {
         total = total / a.dims[0] * maxItems;
         a.dims[0] = maxItems;
     }
-    a.data.resize(std::size_t(total));
+    a.dataOffset = in.offset();
+    a.data.resize(std::size_t(total) * std::size_t(a.elementBytes));
     in.read(a.data.data(), a.data.size(), "the data the header describes");
+    if (!prefix && in.hasMore())
+        throw DataError(path + ": more bytes after byte " + std::to_string(in.offset()) +
+                        ", where the data the header describes ends (dimensions " +
+                        [&] {
+                            std::string d;
+                            for (auto n : a.dims)
+                                d += (d.empty() ? "" : " x ") + std::to_string(n);
+                            return d;
+                        }() +
+                        " of " + a.typeName() + "): not an IDX file, or a wrong header");
     return a;
 }
 
@@ -227,6 +278,9 @@ Dataset loadIdxDataset(const std::string &imagesPath, const std::string &labelsP
     if (labels.dims.size() != 1)
         throw DataError(labelsPath + ": a label file has one dimension, this one has " +
                         std::to_string(labels.dims.size()));
+    if (!labels.integral())
+        throw DataError(labelsPath + ": labels are " + labels.typeName() +
+                        " (type at byte 2); classes need an integer type (0x08, 0x09, 0x0B or 0x0C)");
     if (images.dims.size() < 2)
         throw DataError(imagesPath + ": an image file has at least two dimensions (count and "
                                      "size), this one has " +
@@ -238,14 +292,38 @@ Dataset loadIdxDataset(const std::string &imagesPath, const std::string &labelsP
     Dataset d;
     d.name = std::filesystem::path(imagesPath).filename().string();
     d.samples = images.dims[0];
-    d.features = int(images.data.size() / std::size_t(d.samples));
-    d.x.resize(images.data.size());
-    for (std::size_t i = 0; i < images.data.size(); ++i)
-        d.x[i] = float(images.data[i]) / 255.0f;
-    d.labels.assign(labels.data.begin(), labels.data.end());
+    const std::int64_t n = images.size();
+    d.features = int(n / d.samples);
+    d.x.resize(std::size_t(n));
+    if (images.type == 0x08) { // MNIST and its kin: the common case, kept fast
+        for (std::int64_t i = 0; i < n; ++i)
+            d.x[std::size_t(i)] = float(images.data[std::size_t(i)]) / 255.0f;
+    } else {
+        const double scale = images.type == 0x09   ? 1.0 / 127.0
+                             : images.type == 0x0B ? 1.0 / 32767.0
+                             : images.type == 0x0C ? 1.0 / 2147483647.0
+                                                   : 1.0;
+        for (std::int64_t i = 0; i < n; ++i) {
+            const double v = images.value(i) * scale;
+            if (!std::isfinite(v) || std::abs(v) > double(std::numeric_limits<float>::max()))
+                throw DataError(imagesPath + ": value " + std::to_string(images.value(i)) +
+                                " at byte " + std::to_string(images.offsetOf(i)) + " (sample " +
+                                std::to_string(i / d.features) +
+                                ") is not a finite 32-bit float");
+            d.x[std::size_t(i)] = float(v);
+        }
+    }
+    d.labels.resize(std::size_t(d.samples));
     int maxLabel = 0;
-    for (auto l : d.labels)
+    for (std::int64_t i = 0; i < d.samples; ++i) {
+        const double l = labels.value(i);
+        if (l < 0 || l > 65535)
+            throw DataError(labelsPath + ": label " + std::to_string(std::int64_t(l)) +
+                            " at byte " + std::to_string(labels.offsetOf(i)) + " (sample " +
+                            std::to_string(i) + ") is not a class (expected 0 to 65535)");
+        d.labels[std::size_t(i)] = std::int32_t(l);
         maxLabel = std::max(maxLabel, int(l));
+    }
     d.outputs = maxLabel + 1;
     return d;
 }
@@ -270,6 +348,44 @@ std::shared_ptr<Dataset> loadFashion(const std::string &prefix, std::int64_t max
 
 } // namespace
 
+void checkFitsModel(const Dataset &d, const RunConfig &c)
+{
+    if (d.features != c.inputWidth())
+        throw ConfigError("model.layers = " + nlohmann::json(c.layers).dump() + ": the data (" +
+                              d.name + ") has " + std::to_string(d.features) +
+                              " features per sample, so the first width must be " +
+                              std::to_string(d.features),
+                          {"model.layers"});
+    if (d.classification) {
+        std::int32_t maxLabel = 0;
+        for (auto l : d.labels)
+            maxLabel = std::max(maxLabel, l);
+        if (maxLabel >= c.outputWidth())
+            throw ConfigError("model.layers = " + nlohmann::json(c.layers).dump() + ": the data (" +
+                                  d.name + ") has labels up to " + std::to_string(maxLabel) +
+                                  ", so the last width must be at least " +
+                                  std::to_string(maxLabel + 1),
+                              {"model.layers"});
+    }
+}
+
+void fitModelToData(RunConfig &c, const Dataset &train, const Dataset *eval)
+{
+    if (c.layersFromData) {
+        int outputs = std::max(train.outputs, eval ? eval->outputs : 0);
+        c.layers = {train.features, 256, std::max(outputs, 2)};
+        c.layersFromData = false;
+    }
+    checkFitsModel(train, c);
+    if (eval) {
+        if (eval->features != train.features)
+            throw DataError(eval->name + ": " + std::to_string(eval->features) +
+                            " features per sample, but the training data (" + train.name +
+                            ") has " + std::to_string(train.features));
+        checkFitsModel(*eval, c);
+    }
+}
+
 std::shared_ptr<const Dataset> loadTrainingData(const RunConfig &c)
 {
     std::shared_ptr<Dataset> d;
@@ -283,7 +399,6 @@ std::shared_ptr<const Dataset> loadTrainingData(const RunConfig &c)
         d = loadFashion("train", c.samples);
     else
         d = std::make_shared<Dataset>(loadIdxDataset(c.images, c.labels, c.samples));
-    checkFitsModel(*d, c);
     return d;
 }
 
@@ -305,7 +420,6 @@ std::shared_ptr<const Dataset> loadEvalData(const RunConfig &c)
             loadIdxDataset(c.evalImagesPath, c.evalLabelsPath, c.evalSamples));
     else
         return nullptr;
-    checkFitsModel(*d, c);
     return d;
 }
 

@@ -82,6 +82,7 @@ PreparedRun prepareRun(const nlohmann::json &input)
     run.train = loadTrainingData(run.config);
     run.config.samples = run.train->samples;
     run.eval = loadEvalData(run.config);
+    fitModelToData(run.config, *run.train, run.eval.get());
     return run;
 }
 

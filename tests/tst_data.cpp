@@ -1,12 +1,16 @@
-// IDX files (raw and gzip, good and broken), the batch sampler and the synthetic sources.
+// IDX files (raw and gzip, every element type, good and broken), widths read off the files,
+// the batch sampler and the synthetic sources.
 #include "data.h"
 #include "random.h"
+#include "session.h"
 
 #include <QTemporaryDir>
 #include <QTest>
 #include <zlib.h>
 
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 
 using namespace syncopate;
@@ -19,6 +23,11 @@ private Q_SLOTS:
     void rejectsBadFiles_data();
     void rejectsBadFiles();
     void labelCountMustMatch();
+    void readsEveryElementType_data();
+    void readsEveryElementType();
+    void rejectsBadValues_data();
+    void rejectsBadValues();
+    void widthsComeFromTheFiles();
     void maxSamplesReadsAPrefix();
     void samplerFileOrder();
     void samplerShufflesEachEpoch();
@@ -72,7 +81,8 @@ void TestData::initTestCase()
     writeGzip(path("labels.idx.gz"), labels);
     writeFile(path("truncated.idx"), idxBytes(0x08, {4, 3, 2}, 20));
     writeFile(path("magic.idx"), {0x12, 0x34, 0x08, 0x01, 0, 0, 0, 1, 0});
-    writeFile(path("float.idx"), idxBytes(0x0D, {1}, 4));
+    writeFile(path("type.idx"), idxBytes(0x0A, {1}, 1));
+    writeFile(path("trailing.idx"), idxBytes(0x08, {4, 3, 2}, 25));
     writeFile(path("short.idx"), {0, 0});
     writeFile(path("labels3.idx"), idxBytes(0x08, {3}, 3));
     std::vector<unsigned char> corrupt = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0xff, 0xfe, 0xfd};
@@ -98,7 +108,8 @@ void TestData::rejectsBadFiles_data()
     QTest::addColumn<QString>("message");
     QTest::newRow("truncated") << "truncated.idx" << "truncated at byte 36";
     QTest::newRow("wrong magic") << "magic.idx" << "bad magic number 0x12340801 at byte 0";
-    QTest::newRow("not bytes") << "float.idx" << "data type 0x0000000d at byte 2";
+    QTest::newRow("no such type") << "type.idx" << "data type 0x0000000a at byte 2 is not an IDX type";
+    QTest::newRow("bytes after the data") << "trailing.idx" << "more bytes after byte 40";
     QTest::newRow("short header") << "short.idx" << "truncated at byte 2 while reading the magic number";
     QTest::newRow("missing") << "nothing-here.idx" << "file not found";
     QTest::newRow("corrupt gzip") << "corrupt.idx.gz" << "corrupt compressed data";
@@ -125,6 +136,144 @@ void TestData::labelCountMustMatch()
         QFAIL("accepted mismatched files");
     } catch (const DataError &e) {
         QVERIFY2(QString::fromStdString(e.what()).contains(QStringLiteral("3 labels, but")), e.what());
+    }
+}
+
+// Big-endian elements of one IDX type, from values.
+static std::vector<unsigned char> idxOf(unsigned type, std::vector<std::uint32_t> dims,
+                                        const std::vector<double> &values)
+{
+    std::vector<unsigned char> b = idxBytes(type, std::move(dims), 0);
+    for (double v : values) {
+        std::uint64_t bits = 0;
+        int bytes = 1;
+        switch (type) {
+        case 0x08: case 0x09: bits = std::uint8_t(std::int64_t(v)); break;
+        case 0x0B: bits = std::uint16_t(std::int64_t(v)); bytes = 2; break;
+        case 0x0C: bits = std::uint32_t(std::int64_t(v)); bytes = 4; break;
+        case 0x0D: { const float f = float(v); std::uint32_t u; std::memcpy(&u, &f, 4); bits = u; bytes = 4; break; }
+        default: std::memcpy(&bits, &v, 8); bytes = 8; break;
+        }
+        for (int s = (bytes - 1) * 8; s >= 0; s -= 8)
+            b.push_back((bits >> s) & 0xff);
+    }
+    return b;
+}
+
+void TestData::readsEveryElementType_data()
+{
+    // An image file of 2 samples x 2 values per type, the values as a reader of that type
+    // must see them after scaling; labels in the same type where it is an integer type.
+    QTest::addColumn<int>("type");
+    QTest::addColumn<QList<double>>("stored");
+    QTest::addColumn<QList<double>>("expected");
+    QTest::newRow("u8") << 0x08 << QList<double>{0, 51, 255, 102} << QList<double>{0, 0.2, 1, 0.4};
+    QTest::newRow("i8") << 0x09 << QList<double>{-127, 0, 127, 1} << QList<double>{-1, 0, 1, 1.0 / 127};
+    QTest::newRow("i16") << 0x0B << QList<double>{-32767, 300, 32767, 0} << QList<double>{-1, 300.0 / 32767, 1, 0};
+    QTest::newRow("i32") << 0x0C << QList<double>{2147483647, -5, 0, 1 << 30} << QList<double>{1, -5.0 / 2147483647, 0, 0.5};
+    QTest::newRow("f32") << 0x0D << QList<double>{0.25, -3.5, 1e6, 0} << QList<double>{0.25, -3.5, 1e6, 0};
+    QTest::newRow("f64") << 0x0E << QList<double>{0.125, -2, 7.75, 1e-3} << QList<double>{0.125, -2, 7.75, 1e-3};
+}
+
+void TestData::readsEveryElementType()
+{
+    QFETCH(int, type);
+    QFETCH(QList<double>, stored);
+    QFETCH(QList<double>, expected);
+    const QString images = path(qPrintable(QStringLiteral("images-%1.idx").arg(type)));
+    writeFile(images, idxOf(unsigned(type), {2, 2}, {stored.begin(), stored.end()}));
+    const bool integral = type < 0x0D;
+    const QString labels = path(qPrintable(QStringLiteral("labels-%1.idx.gz").arg(type)));
+    writeGzip(labels, idxOf(integral ? unsigned(type) : 0x08u, {2}, {4, 1}));
+    const Dataset d = loadIdxDataset(images.toStdString(), labels.toStdString());
+    QCOMPARE(d.features, 2);
+    QCOMPARE(d.labels, (std::vector<std::int32_t>{4, 1}));
+    QCOMPARE(d.outputs, 5);
+    for (int i = 0; i < 4; ++i)
+        QVERIFY2(std::abs(d.x[std::size_t(i)] - expected[i]) <= 1e-6 * std::max(1.0, std::abs(expected[i])),
+                 qPrintable(QStringLiteral("value %1: %2, expected %3").arg(i).arg(d.x[std::size_t(i)]).arg(expected[i])));
+}
+
+void TestData::rejectsBadValues_data()
+{
+    QTest::addColumn<QByteArray>("imageFile");
+    QTest::addColumn<QByteArray>("labelFile");
+    QTest::addColumn<QString>("named");
+    QTest::addColumn<QString>("message");
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    writeFile(path("nan.idx"), idxOf(0x0D, {2, 2}, {0, 1, nan, 3}));
+    writeFile(path("huge.idx"), idxOf(0x0E, {2, 2}, {0, 1e300, 2, 3}));
+    writeFile(path("ok.idx"), idxOf(0x08, {2, 2}, {0, 1, 2, 3}));
+    writeFile(path("lab-ok.idx"), idxOf(0x08, {2}, {0, 1}));
+    writeFile(path("lab-neg.idx"), idxOf(0x0B, {2}, {1, -3}));
+    writeFile(path("lab-big.idx"), idxOf(0x0C, {2}, {70000, 1}));
+    writeFile(path("lab-float.idx"), idxOf(0x0D, {2}, {0, 1}));
+    QTest::newRow("NaN pixel") << QByteArray("nan.idx") << QByteArray("lab-ok.idx") << "nan.idx"
+                               << "at byte 20 (sample 1) is not a finite 32-bit float";
+    QTest::newRow("beyond float") << QByteArray("huge.idx") << QByteArray("lab-ok.idx") << "huge.idx"
+                                  << "at byte 20 (sample 0) is not a finite 32-bit float";
+    QTest::newRow("negative label") << QByteArray("ok.idx") << QByteArray("lab-neg.idx") << "lab-neg.idx"
+                                    << "label -3 at byte 10 (sample 1) is not a class";
+    QTest::newRow("label too large") << QByteArray("ok.idx") << QByteArray("lab-big.idx") << "lab-big.idx"
+                                     << "label 70000 at byte 8 (sample 0) is not a class";
+    QTest::newRow("float labels") << QByteArray("ok.idx") << QByteArray("lab-float.idx") << "lab-float.idx"
+                                  << "labels are 32-bit floats";
+}
+
+void TestData::rejectsBadValues()
+{
+    QFETCH(QByteArray, imageFile);
+    QFETCH(QByteArray, labelFile);
+    QFETCH(QString, named);
+    QFETCH(QString, message);
+    try {
+        loadIdxDataset(path(imageFile.constData()).toStdString(), path(labelFile.constData()).toStdString());
+        QFAIL("accepted a bad file");
+    } catch (const DataError &e) {
+        const QString what = QString::fromStdString(e.what());
+        QVERIFY2(what.contains(message), qPrintable(what));
+        QVERIFY2(what.contains(named), qPrintable(what));
+    }
+}
+
+void TestData::widthsComeFromTheFiles()
+{
+    // 3 samples of 5 x 4 pixels in 7 classes: left out, model.layers is read off the files;
+    // given, it must fit them.
+    std::vector<double> pixels(60, 9.0);
+    writeFile(path("w-img.idx"), idxOf(0x08, {3, 5, 4}, pixels));
+    writeFile(path("w-lab.idx"), idxOf(0x08, {3}, {0, 6, 2}));
+    writeFile(path("w-eval-img.idx"), idxOf(0x08, {1, 5, 4}, std::vector<double>(20, 1.0)));
+    writeFile(path("w-eval-lab.idx"), idxOf(0x08, {1}, {8})); // a class the training set lacks
+    writeFile(path("w-small-img.idx"), idxOf(0x08, {1, 3, 3}, std::vector<double>(9, 1.0)));
+    nlohmann::json j = {{"data.source", "idx"},
+                        {"data.images", path("w-img.idx").toStdString()},
+                        {"data.labels", path("w-lab.idx").toStdString()}};
+    PreparedRun run = prepareRun(j);
+    QCOMPARE(run.config.layers, (std::vector<int>{20, 256, 7}));
+    QVERIFY(run.config.toJson()["model"]["layers"] == nlohmann::json({20, 256, 7}));
+
+    j["eval.images"] = path("w-eval-img.idx").toStdString();
+    j["eval.labels"] = path("w-eval-lab.idx").toStdString();
+    run = prepareRun(j);
+    QCOMPARE(run.config.layers, (std::vector<int>{20, 256, 9})); // room for the held-out class
+
+    j["model.layers"] = {20, 32, 7};
+    try {
+        prepareRun(j);
+        QFAIL("accepted a model without a class of the held-out set");
+    } catch (const ConfigError &e) {
+        QVERIFY2(QString::fromStdString(e.what()).contains(QStringLiteral("last width must be at least 9")), e.what());
+        QCOMPARE(e.fields(), (std::vector<std::string>{"model.layers"}));
+    }
+
+    j.erase("model.layers");
+    j["eval.images"] = path("w-small-img.idx").toStdString();
+    try {
+        prepareRun(j);
+        QFAIL("accepted held-out images of another size");
+    } catch (const DataError &e) {
+        QVERIFY2(QString::fromStdString(e.what()).contains(QStringLiteral("9 features per sample, but the training data")), e.what());
     }
 }
 
