@@ -186,7 +186,7 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
         return plot;
     };
     m_loss = makePlot(tr("Loss"), QStringLiteral("loss"));
-    m_stalls = makePlot(tr("Barrier stalls"), QStringLiteral("stalls"));
+    m_stalls = makePlot(tr("Stalls"), QStringLiteral("stalls"));
     m_staleness = makePlot(tr("Staleness"), QStringLiteral("staleness"));
     m_memory = makePlot(tr("Activation memory"), QStringLiteral("memory"));
     m_throughput = makePlot(tr("Throughput"), QStringLiteral("throughput"));
@@ -220,7 +220,7 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     connect(m_logLoss, &QCheckBox::toggled, this, [this] { rebuild(); });
 
     addTab(lossPage, tr("Loss"));
-    addTab(m_stalls, tr("Barrier stalls"));
+    addTab(m_stalls, tr("Stalls"));
     addTab(m_staleness, tr("Staleness"));
     addTab(m_memory, tr("Activation memory"));
     addTab(m_throughput, tr("Throughput"));
@@ -379,9 +379,22 @@ void ChartsWidget::fillLoss()
 void ChartsWidget::fillStalls()
 {
     QCustomPlot *p = m_stalls;
-    if (!m_current)
+    if (!m_current) {
+        titleOf(p)->setText(tr("Barrier stalls per step"));
         return;
+    }
     const RunData &run = *m_current;
+    // What a worker waits for depends on the mode: the barrier in sync, the server (and the
+    // slowest worker, under a staleness bound) in async.
+    if (!run.config().async()) {
+        titleOf(p)->setText(tr("Barrier stalls per step"));
+        p->xAxis->setLabel(tr("step"));
+    } else {
+        titleOf(p)->setText(run.config().maxStaleness >= 0
+                                ? tr("Waits per step: staleness bound and parameter server")
+                                : tr("Waits per step: parameter server"));
+        p->xAxis->setLabel(tr("the worker's own step"));
+    }
     if (p->graphCount() == 0) {
         for (int w = 0; w < run.workers(); ++w) {
             QCPGraph *g = p->addGraph();

@@ -67,9 +67,11 @@ QString metricHelp(const QString &metric)
          QStringLiteral("Training loss of each worker's batch at each step (mean over the batch). "
                         "Held-out loss, when evaluated, is drawn as dots.")},
         {QStringLiteral("stalls"),
-         QStringLiteral("Barrier stall: time a worker spent waiting for others instead of "
-                        "computing, per step. In sync mode every worker waits for the slowest "
-                        "at every step; the dashed line is the share of all worker time lost.")},
+         QStringLiteral("Stall: time a worker spent waiting instead of computing, per step. In "
+                        "sync mode every worker waits at the barrier for the slowest at every "
+                        "step; in async mode a worker waits only for the parameter server's lock "
+                        "and, under a staleness bound, for the slowest worker. The dashed line is "
+                        "the share of all worker time lost.")},
         {QStringLiteral("staleness"),
          QStringLiteral("Staleness of an async update: how many updates the server applied "
                         "between the worker pulling the parameters and pushing its gradient. "

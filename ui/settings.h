@@ -18,7 +18,7 @@ struct AppSettings {
     QByteArray windowState;
     bool presentation = false;
     bool followLive = true;
-    int chartTab = 0;          // Loss, Barrier stalls, Staleness, Activation memory, Throughput
+    int chartTab = 0;          // Loss, Stalls, Staleness, Activation memory, Throughput
     bool lossAgainstTime = false;
     int lossSmoothing = 1;
     bool lossLog = true;
