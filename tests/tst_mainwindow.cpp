@@ -58,7 +58,12 @@ bool TestMainWindow::runWith(MainWindow &w, const QString &preset, int steps)
     static_cast<QSpinBox *>(w.form()->field(QStringLiteral("train.steps")))->setValue(steps);
     static_cast<QSpinBox *>(w.form()->field(QStringLiteral("eval.every")))->setValue(10);
     QSignalSpy finished(&w, &MainWindow::runFinished);
+    const qsizetype listed = w.runListTexts().size();
     if (!w.startRun())
+        return false;
+    // The run is listed while it runs, not only once it has ended.
+    const QStringList during = w.runListTexts();
+    if (during.size() != listed + 1 || !during.back().contains(QStringLiteral("(running)")))
         return false;
     return finished.wait(60000);
 }
@@ -90,6 +95,7 @@ void TestMainWindow::runsAPresetToTheEnd()
     MainWindow &w = *m_window;
     QVERIFY(runWith(w, QStringLiteral("straggler-sync"), 30));
     QCOMPARE(int(w.runs().size()), 1);
+    QCOMPARE(w.runListTexts(), QStringList{QStringLiteral("run 1: sync, 4 workers (finished)")});
     const RunDataPtr run = w.runs().back();
     QCOMPARE(run->state, RunState::Finished);
     QVERIFY(run->spanCount() > 4u * 30u * 6u);

@@ -374,6 +374,7 @@ bool MainWindow::startRun()
 void MainWindow::onRunStarted(const RunDataPtr &run)
 {
     m_settings.lastExperiment = QString::fromStdString(m_form->toJson().dump());
+    addRunToList(run); // listed while it runs, its state updated when it ends
     showRun(run);
     m_timeline->setFollowLive(m_followAction->isChecked());
     m_progress->setRange(0, 0); // indeterminate until the first step is done
@@ -396,7 +397,13 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
 {
     m_progress->setRange(0, 1000);
     m_progress->setValue(run->state == RunState::Finished ? 1000 : m_progress->value());
-    addRunToList(run);
+    for (std::size_t i = 0; i < m_runs.size(); ++i)
+        if (m_runs[i] == run) {
+            QListWidgetItem *item = m_runList->item(int(i));
+            const QSignalBlocker block(m_runList);
+            item->setText(runItemText(*run));
+            item->setToolTip(run->directory());
+        }
     // The whole run, now that it has ended.
     if (m_timeline->followLive())
         m_timeline->fitAll();
@@ -426,13 +433,26 @@ void MainWindow::onRunFailed(const QString &message, const QStringList &fields)
     m_form->markErrors(fields);
 }
 
+QStringList MainWindow::runListTexts() const
+{
+    QStringList texts;
+    for (int i = 0; i < m_runList->count(); ++i)
+        texts << m_runList->item(i)->text();
+    return texts;
+}
+
+QString MainWindow::runItemText(const RunData &run) const
+{
+    return tr("%1: %2, %3 workers (%4)")
+        .arg(run.label(), QString::fromStdString(run.config().mode))
+        .arg(run.workers())
+        .arg(QString::fromLatin1(runStateName(run.state)));
+}
+
 void MainWindow::addRunToList(const RunDataPtr &run)
 {
     m_runs.push_back(run);
-    auto *item = new QListWidgetItem(tr("%1: %2, %3 workers (%4)")
-                                         .arg(run->label(), QString::fromStdString(run->config().mode))
-                                         .arg(run->workers())
-                                         .arg(QString::fromLatin1(runStateName(run->state))));
+    auto *item = new QListWidgetItem(runItemText(*run));
     item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
     item->setCheckState(Qt::Unchecked);
     item->setToolTip(run->directory());

@@ -34,6 +34,7 @@ public:
     ChartsWidget *charts() const { return m_charts; }
     RunController *controller() const { return m_controller; }
     QString bannerText() const;
+    QStringList runListTexts() const; // the Runs dock's entries, as shown
     const std::vector<RunDataPtr> &runs() const { return m_runs; }
     AppSettings &settings() { return m_settings; }
 
@@ -61,6 +62,7 @@ private:
     void onRunFinished(const RunDataPtr &run);
     void onRunFailed(const QString &message, const QStringList &fields);
     void addRunToList(const RunDataPtr &run);
+    QString runItemText(const RunData &run) const;
     void showRun(const RunDataPtr &run);
     void updateCompare();
     void rebuildWorkerControls(int workers, bool live);
