@@ -26,6 +26,8 @@ class TestMainWindow : public QObject {
 private Q_SLOTS:
     void initTestCase();
     void emptyViewsSayWhy();
+    void formCarriesEveryKey();
+    void configFileFillsTheForm();
     void runsAPresetToTheEnd();
     void exportsEveryFormat_data();
     void exportsEveryFormat();
@@ -88,6 +90,63 @@ void TestMainWindow::emptyViewsSayWhy()
         QVERIFY2(placeholderText(plot).contains(QStringLiteral("No run yet")), qPrintable(name));
         QVERIFY2(!plot->legend->visible(), qPrintable(name));
     }
+}
+
+void TestMainWindow::formCarriesEveryKey()
+{
+    // A config loaded into the form comes back out whole: every key has a field, so nothing a
+    // config file says (held-out IDX files, say) is dropped on its way to the run.
+    ExperimentForm form;
+    for (const auto &k : configKeys())
+        QVERIFY2(form.field(QString::fromLatin1(k.name)), k.name);
+    const nlohmann::json in = {{"data.source", "idx"},
+                               {"data.images", "/data/train-images.idx"},
+                               {"data.labels", "/data/train-labels.idx"},
+                               {"eval.images", "/data/test-images.idx"},
+                               {"eval.labels", "/data/test-labels.idx"}};
+    form.setFromJson(in);
+    const nlohmann::json out = form.toJson();
+    for (auto it = in.begin(); it != in.end(); ++it)
+        QVERIFY2(out.value(it.key(), nlohmann::json()) == it.value(), it.key().c_str());
+    // The file rows apply to IDX data only.
+    QVERIFY(form.field(QStringLiteral("eval.images"))->isEnabled());
+    form.setFromJson({{"data.source", "blobs"}});
+    QVERIFY(!form.field(QStringLiteral("eval.images"))->isEnabled());
+    QVERIFY(!form.field(QStringLiteral("data.labels"))->isEnabled());
+}
+
+void TestMainWindow::configFileFillsTheForm()
+{
+    MainWindow &w = *m_window;
+    auto write = [&](const char *name, const QByteArray &text) {
+        const QString path = m_dir.filePath(QString::fromLatin1(name));
+        QFile f(path);
+        if (!f.open(QIODevice::WriteOnly))
+            qFatal("cannot write %s", name);
+        f.write(text);
+        return path;
+    };
+    // A good file: its values in the form, no preset shown as chosen, the file named.
+    const QString good = write("good.json", R"({"workers": 3, "train": {"steps": 77}})");
+    w.loadConfigFile(good);
+    QVERIFY(w.bannerText().isEmpty());
+    QCOMPARE(w.form()->workers(), 3);
+    QCOMPARE(w.form()->presetName(), QString());
+    QVERIFY2(w.form()->presetText().contains(good), qPrintable(w.form()->presetText()));
+
+    // A file with one bad value: the rest is kept, the bad field marked, the banner says why.
+    const QString bad = write("bad.json", R"({"workers": 5, "train": {"steps": 55, "lr": -1}})");
+    w.loadConfigFile(bad);
+    QVERIFY2(w.bannerText().contains(QStringLiteral("train.lr")), qPrintable(w.bannerText()));
+    QCOMPARE(w.form()->workers(), 5);
+    QCOMPARE(static_cast<QSpinBox *>(w.form()->field(QStringLiteral("train.steps")))->value(), 55);
+    QVERIFY(w.form()->field(QStringLiteral("train.lr"))->property("configError").toBool());
+
+    // Not JSON: the form keeps what it had.
+    w.loadConfigFile(write("broken.json", "{\"workers\": "));
+    QVERIFY2(w.bannerText().contains(QStringLiteral("not valid JSON")), qPrintable(w.bannerText()));
+    QCOMPARE(w.form()->workers(), 5);
+    w.selectPreset(QStringLiteral("default"));
 }
 
 void TestMainWindow::runsAPresetToTheEnd()

@@ -90,6 +90,7 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     auto *outer = new QVBoxLayout(this);
     outer->setContentsMargins(4, 4, 4, 4);
     m_preset = new QComboBox;
+    m_preset->setPlaceholderText(tr("(a config file)"));
     m_preset->setToolTip(tr("Ready-made experiments, each showing one effect. Choosing one fills "
                             "the form; Run starts it."));
     m_presetText = new QLabel;
@@ -185,7 +186,19 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     auto *evalSamples = intSpin(0, 10000000);
     evalSamples->setSpecialValueText(tr("never"));
     addField(train, "eval.samples", evalSamples, tr("Held-out samples"));
+    addField(train, "eval.images", browseRow("eval.images", tr("IDX files (*.idx *ubyte *.gz);;All files (*)")), tr("Held-out images"));
+    addField(train, "eval.labels", browseRow("eval.labels", tr("IDX files (*.idx *ubyte *.gz);;All files (*)")), tr("Held-out labels"));
     innerLayout->addStretch();
+
+    // File rows matter only for IDX data: greyed out otherwise, their paths kept.
+    auto *source = static_cast<QComboBox *>(m_fields.value(QStringLiteral("data.source")));
+    auto enableFiles = [this](const QString &src) {
+        const bool files = src == QLatin1String("idx");
+        for (const char *key : {"data.images", "data.labels", "eval.images", "eval.labels"})
+            m_fields.value(QString::fromLatin1(key))->setEnabled(files);
+    };
+    connect(source, &QComboBox::currentTextChanged, this, enableFiles);
+    enableFiles(source->currentText());
 
     // checkpointed mode is sync with checkpointing: show it, and keep it from being unticked.
     auto *mode = static_cast<QComboBox *>(m_fields.value(QStringLiteral("mode")));
@@ -335,7 +348,14 @@ void ExperimentForm::selectPreset(const QString &name)
     }
 }
 
+void ExperimentForm::showLoadedFrom(const QString &path)
+{
+    m_preset->setCurrentIndex(-1);
+    m_presetText->setText(tr("Loaded from %1. Choosing a preset replaces these values.").arg(path));
+}
+
 QString ExperimentForm::presetName() const { return m_preset->currentData().toString(); }
+QString ExperimentForm::presetText() const { return m_presetText->text(); }
 
 void ExperimentForm::markErrors(const QStringList &fields)
 {

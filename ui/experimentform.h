@@ -23,7 +23,11 @@ public:
     // Nested or flat; keys not given take their defaults.
     void setFromJson(const nlohmann::json &config);
     void selectPreset(const QString &name);
+    // The form now holds a config file's values: no preset is shown as chosen, and the text
+    // under the preset box names the file.
+    void showLoadedFrom(const QString &path);
     QString presetName() const;
+    QString presetText() const;
     void markErrors(const QStringList &fields);
     void clearErrors();
     QWidget *field(const QString &key) const { return m_fields.value(key); }

@@ -349,11 +349,15 @@ void MainWindow::loadConfigFile(const QString &path)
         nlohmann::json j = readJsonFile(path.toStdString());
         if (j.contains("config") && j["config"].is_object())
             j = j["config"];
+        if (j.is_object()) {
+            m_form->setFromJson(j);
+            m_form->showLoadedFrom(path);
+        }
         parseConfig(j); // report problems now, with the field marked
-        m_form->setFromJson(j);
         hideBanner();
     } catch (const ConfigError &e) {
-        m_form->setFromJson(nlohmann::json::object());
+        // The file's values stay in the form (what fits a field), so the marked ones can be
+        // fixed there instead of typed again.
         QStringList fields;
         for (const auto &f : e.fields())
             fields << QString::fromStdString(f);
