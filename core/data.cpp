@@ -80,6 +80,14 @@ private:
     std::uint64_t m_offset = 0;
 };
 
+std::string dimsText(const std::vector<std::int64_t> &dims)
+{
+    std::string d;
+    for (auto n : dims)
+        d += (d.empty() ? "" : " x ") + std::to_string(n);
+    return d;
+}
+
 std::string hex32(std::uint32_t v)
 {
     char buf[16];
@@ -260,13 +268,8 @@ IdxArray readIdx(const std::string &path, std::int64_t maxItems)
     if (!prefix && in.hasMore())
         throw DataError(path + ": more bytes after byte " + std::to_string(in.offset()) +
                         ", where the data the header describes ends (dimensions " +
-                        [&] {
-                            std::string d;
-                            for (auto n : a.dims)
-                                d += (d.empty() ? "" : " x ") + std::to_string(n);
-                            return d;
-                        }() +
-                        " of " + a.typeName() + "): not an IDX file, or a wrong header");
+                        dimsText(a.dims) + " of " + a.typeName() +
+                        "): not an IDX file, or a wrong header");
     return a;
 }
 
@@ -348,6 +351,8 @@ std::shared_ptr<Dataset> loadFashion(const std::string &prefix, std::int64_t max
 
 } // namespace
 
+namespace {
+
 void checkFitsModel(const Dataset &d, const RunConfig &c)
 {
     if (d.features != c.inputWidth())
@@ -368,6 +373,8 @@ void checkFitsModel(const Dataset &d, const RunConfig &c)
                               {"model.layers"});
     }
 }
+
+} // namespace
 
 void fitModelToData(RunConfig &c, const Dataset &train, const Dataset *eval)
 {

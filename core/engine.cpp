@@ -597,8 +597,7 @@ void Engine::evaluateShard(WorkerState &w, std::int64_t step)
     const EvalResult part = w.model->evaluate(
         m_eval->x.data() + lo * inW, m_eval->labels.empty() ? nullptr : m_eval->labels.data() + lo,
         m_eval->y.empty() ? nullptr : m_eval->y.data() + lo * outW, hi - lo);
-    const auto s32 = std::uint32_t(step);
-    w.rec.span(Phase::Eval, s32, t0, w.rec.now(), double(step));
+    w.rec.span(Phase::Eval, std::uint32_t(step), t0, w.rec.now(), double(step));
     std::lock_guard lock(m_evalMutex);
     m_evalShards[std::size_t(w.index)] = part;
     if (++m_evalShardsDone < m_config.workers)

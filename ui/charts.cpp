@@ -379,22 +379,17 @@ void ChartsWidget::fillLoss()
 void ChartsWidget::fillStalls()
 {
     QCustomPlot *p = m_stalls;
-    if (!m_current) {
-        titleOf(p)->setText(tr("Barrier stalls per step"));
-        return;
-    }
-    const RunData &run = *m_current;
     // What a worker waits for depends on the mode: the barrier in sync, the server (and the
     // slowest worker, under a staleness bound) in async.
-    if (!run.config().async()) {
-        titleOf(p)->setText(tr("Barrier stalls per step"));
-        p->xAxis->setLabel(tr("step"));
-    } else {
-        titleOf(p)->setText(run.config().maxStaleness >= 0
-                                ? tr("Waits per step: staleness bound and parameter server")
-                                : tr("Waits per step: parameter server"));
-        p->xAxis->setLabel(tr("the worker's own step"));
-    }
+    const bool async = m_current && m_current->config().async();
+    titleOf(p)->setText(!async ? tr("Barrier stalls per step")
+                        : m_current->config().maxStaleness >= 0
+                            ? tr("Waits per step: staleness bound and parameter server")
+                            : tr("Waits per step: parameter server"));
+    p->xAxis->setLabel(async ? tr("the worker's own step") : tr("step"));
+    if (!m_current)
+        return;
+    const RunData &run = *m_current;
     if (p->graphCount() == 0) {
         for (int w = 0; w < run.workers(); ++w) {
             QCPGraph *g = p->addGraph();

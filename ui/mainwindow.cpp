@@ -401,13 +401,12 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
 {
     m_progress->setRange(0, 1000);
     m_progress->setValue(run->state == RunState::Finished ? 1000 : m_progress->value());
-    for (std::size_t i = 0; i < m_runs.size(); ++i)
-        if (m_runs[i] == run) {
-            QListWidgetItem *item = m_runList->item(int(i));
-            const QSignalBlocker block(m_runList);
-            item->setText(runItemText(*run));
-            item->setToolTip(run->directory());
-        }
+    if (const auto it = std::find(m_runs.begin(), m_runs.end(), run); it != m_runs.end()) {
+        QListWidgetItem *item = m_runList->item(int(it - m_runs.begin()));
+        const QSignalBlocker block(m_runList);
+        item->setText(runItemText(*run));
+        item->setToolTip(run->directory());
+    }
     // The whole run, now that it has ended.
     if (m_timeline->followLive())
         m_timeline->fitAll();
