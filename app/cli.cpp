@@ -43,9 +43,14 @@ void printUsage(std::FILE *to)
         "  syncopate-cli validate FILE      check a config (or preset) file\n"
         "  syncopate-cli keys               list every config key, its default and meaning\n"
         "  syncopate-cli devices            list the CPU and the CUDA GPUs a run can use\n"
+        "  syncopate-cli info DIR           status, mode, workers, steps, spans, time and files\n"
+        "                                   of a run folder (also one that was interrupted)\n"
+        "  syncopate-cli export DIR [FILE]  write the run's trace.json (Perfetto) from its row files\n"
         "\n"
-        "run writes config.json, trace.json, metrics.csv, summary.json and the parameters\n"
-        "(params-init/final.safetensors) into DIR (default: runs/<time>).\n"
+        "run streams into DIR (default: runs/<time>) as it goes: config.json, one row file per\n"
+        "timeline row (w0.syr, ...) and metrics.csv, flushed every second, and summary.json every\n"
+        "few seconds; at the end index.syi, the parameters (params-init/final.safetensors) and\n"
+        "trace.json. A run killed at any moment opens as \"interrupted\" with all but its last second.\n"
         "--set takes dotted keys (train.lr=0.05, workers_slowdown=[1,3,1,1]); the value is\n"
         "JSON where it parses, else a string. --images also draws timeline.png, loss.png,\n"
         "stalls.png, staleness.png, memory.png and throughput.png into DIR.\n",
@@ -73,17 +78,16 @@ void drawProgress(std::int64_t done, std::int64_t total, double elapsedS)
     std::fflush(stderr);
 }
 
-void printSummary(const RunArtifacts &run, const std::string &dir)
+void printSummary(const RunConfig &config, const nlohmann::json &s, const std::string &dir)
 {
-    const auto &s = run.metrics.summary;
     auto num = [&](const char *key) {
         return s.contains(key) && s[key].is_number() ? s[key].get<double>() : 0.0;
     };
     std::printf("run       %s: %s, %d workers, batch %d per worker, %s\n", dir.c_str(),
-                run.config.mode.c_str(), run.config.workers, run.config.batch,
+                config.mode.c_str(), config.workers, config.batch,
                 s.value("status", "").c_str());
     std::printf("steps     %lld of %d in %.2f s, %.0f samples/s\n",
-                (long long)s.value("steps_completed", 0), run.config.steps, num("wall_s"),
+                (long long)s.value("steps_completed", 0), config.steps, num("wall_s"),
                 num("samples_per_s"));
     if (s.contains("final_loss") && s["final_loss"].is_number())
         std::printf("loss      %.5f (mean over workers at the last step)\n", num("final_loss"));
@@ -91,12 +95,12 @@ void printSummary(const RunArtifacts &run, const std::string &dir)
     for (const auto &v : s["stall_ms_per_worker"])
         std::printf(" %.0f", v.get<double>());
     std::printf(" ms per worker\n");
-    if (run.config.async())
+    if (config.async())
         std::printf("staleness mean %.2f, max %lld\n", num("staleness_mean"),
                     (long long)s.value("staleness_max", 0));
     std::printf("memory    peak activations %.2f MiB per worker%s\n",
                 num("peak_activation_bytes") / 1048576.0,
-                run.config.checkpoint ? (", recompute " + std::to_string(int(num("recompute_ms"))) +
+                config.checkpoint ? (", recompute " + std::to_string(int(num("recompute_ms"))) +
                                          " ms in all")
                                             .c_str()
                                       : "");
@@ -124,7 +128,7 @@ void printSummary(const RunArtifacts &run, const std::string &dir)
 }
 
 // The same drawing code as the app, on the offscreen platform when there is no display.
-bool writeImages(const RunArtifacts &run, const std::string &dir)
+bool writeImages(const std::string &dir)
 {
     if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") && !std::getenv("QT_QPA_PLATFORM"))
         setenv("QT_QPA_PLATFORM", "offscreen", 1);
@@ -132,7 +136,13 @@ bool writeImages(const RunArtifacts &run, const std::string &dir)
     static char name[] = "syncopate-cli";
     static char *argv[] = {name, nullptr};
     QApplication app(argc, argv);
-    const auto data = RunData::fromArtifacts(run, QDir(QString::fromStdString(dir)).dirName());
+    RunDataPtr data;
+    try {
+        data = RunData::fromOpened(openRunDirectory(dir), QDir(QString::fromStdString(dir)).dirName());
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "syncopate-cli: images: %s\n", e.what());
+        return false;
+    }
     QString error;
     const QStringList files = renderRunImages(data, QString::fromStdString(dir), QSize(1600, 800), &error);
     if (files.size() < 6) {
@@ -183,10 +193,11 @@ int commandRun(const std::vector<std::string> &args)
         outDir = defaultOutDir();
 
     Engine engine(prepared.config, prepared.train, prepared.eval);
+    engine.setOutputDirectory(outDir);
     std::signal(SIGINT, onInterrupt);
     std::signal(SIGTERM, onInterrupt);
     const bool tty = isatty(STDERR_FILENO);
-    engine.start();
+    engine.start(); // throws StoreError naming the folder when it cannot be written
     // Said once the handlers are in place, so a script (or a test) knows from here on that an
     // interrupt stops the run and keeps it.
     std::fprintf(stderr, "running into %s: Ctrl-C stops and keeps what ran\n", outDir.c_str());
@@ -205,16 +216,81 @@ int commandRun(const std::vector<std::string> &args)
         drawProgress(engine.progress(), prepared.config.steps, double(engine.elapsedNs()) / 1e9);
         std::fputc('\n', stderr);
     }
-    const RunArtifacts run = collectRun(engine);
-    writeRunDirectory(outDir, run);
-    printSummary(run, outDir);
-    if (images && !writeImages(run, outDir))
+    printSummary(prepared.config, engine.summary(), outDir);
+    if (images && !writeImages(outDir))
         return 1;
     switch (engine.state()) {
     case RunState::Finished: return 0;
     case RunState::Stopped: return 130;
     default: return 1;
     }
+}
+
+std::string humanBytes(double b)
+{
+    char buf[32];
+    if (b >= 1073741824.0)
+        std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+    else if (b >= 1048576.0)
+        std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+    else
+        std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+    return buf;
+}
+
+// A run directory from the terminal: what it holds and whether it ended.
+int commandInfo(const std::vector<std::string> &args)
+{
+    if (args.size() != 1)
+        throw ConfigError("info takes one run folder", {});
+    const std::string &dir = args[0];
+    const OpenedRun run = openRunDirectory(dir, [](double f) {
+        std::fprintf(stderr, "\rindexing the row files: %3d%%", int(f * 100));
+        return true;
+    });
+    const auto &s = run.summary;
+    const TraceModel &t = *run.trace;
+    std::printf("run       %s\n", dir.c_str());
+    std::printf("status    %s%s\n", s.value("status", "?").c_str(),
+                run.interrupted ? " (the process ended before the run did: everything up to its last flush is here)" : "");
+    std::printf("mode      %s, %d workers, batch %d per worker, device %s\n", run.config.mode.c_str(),
+                run.config.workers, run.config.batch, run.config.device.c_str());
+    std::int64_t steps = 0;
+    for (int w = 0; w < t.workers(); ++w)
+        steps = std::max<std::int64_t>(steps, std::int64_t(t.counter(CounterId::Loss, w).size()) *
+                                                  t.stepsPerPoint(w));
+    std::printf("steps     %lld recorded of %d configured\n",
+                (long long)s.value("steps_completed", steps), run.config.steps);
+    std::printf("spans     %llu in %zu rows, %llu records in all\n", (unsigned long long)t.spanCount(),
+                t.rowCount(), (unsigned long long)t.recordCount());
+    std::printf("time      0 to %.3f s\n", double(t.endNs()) / 1e9);
+    std::uint64_t bytes = 0;
+    for (const auto &f : run.files) {
+        std::error_code ec;
+        bytes += std::filesystem::file_size(std::filesystem::path(dir) / f, ec);
+    }
+    std::printf("files     %s (%s)\n", [&] {
+        std::string list;
+        for (const auto &f : run.files)
+            list += (list.empty() ? "" : ", ") + f;
+        return list;
+    }().c_str(), humanBytes(double(bytes)).c_str());
+    if (run.tornBytes)
+        std::printf("torn      %llu bytes at the ends of row files dropped (a record cut by the kill)\n",
+                    (unsigned long long)run.tornBytes);
+    if (s.contains("error"))
+        std::printf("error     %s\n", s["error"].get<std::string>().c_str());
+    return 0;
+}
+
+int commandExport(const std::vector<std::string> &args)
+{
+    if (args.empty() || args.size() > 2)
+        throw ConfigError("export takes a run folder and optionally the file to write", {});
+    const std::string out = args.size() == 2 ? args[1] : (std::filesystem::path(args[0]) / "trace.json").string();
+    exportTraceJson(out, args[0]);
+    std::printf("%s\n", out.c_str());
+    return 0;
 }
 
 int commandPresets()
@@ -291,6 +367,10 @@ int main(int argc, char **argv)
             return commandKeys();
         if (command == "devices")
             return commandDevices();
+        if (command == "info")
+            return commandInfo(args);
+        if (command == "export")
+            return commandExport(args);
         std::fprintf(stderr, "syncopate-cli: unknown command \"%s\"\n\n", command.c_str());
         printUsage(stderr);
         return 2;
@@ -299,6 +379,9 @@ int main(int argc, char **argv)
         return 2;
     } catch (const DataError &e) {
         std::fprintf(stderr, "syncopate-cli: data error: %s\n", e.what());
+        return 2;
+    } catch (const StoreError &e) {
+        std::fprintf(stderr, "syncopate-cli: %s\n", e.what());
         return 2;
     } catch (const std::exception &e) {
         std::fprintf(stderr, "syncopate-cli: %s\n", e.what());

@@ -3,15 +3,49 @@
 #include "device.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <clocale>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <locale.h>
 #include <sstream>
 
 namespace syncopate {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Paths and device specs fit in this; longer strings come from broken or hostile files (and
+// parseDeviceSpec is quadratic in the number of GPUs listed).
+constexpr std::size_t kMaxStringLength = 4096;
+// A section path longer than this is no config key, so flattening stops descending there.
+constexpr std::size_t kMaxKeyLength = 256;
+// Model and data sizes a config may ask for: beyond these a colleague's file would make the run
+// allocate tens of gigabytes (or throw bad_alloc) before the first step.
+constexpr std::size_t kMaxLayers = 1024;
+constexpr std::uint64_t kMaxReplicaParameters = std::uint64_t(1) << 31; // workers x parameters
+constexpr std::uint64_t kMaxGeneratedFloats = std::uint64_t(1) << 30;   // 4 GiB of samples
+constexpr std::size_t kMaxReportedErrors = 20;
+
+// A value as messages show it: cut short (an array of a million elements stays one line), with
+// invalid UTF-8 replaced instead of thrown, and infinity named (dump() writes it as null).
+std::string shortDump(const nlohmann::json &v)
+{
+    if (v.is_number_float() && !std::isfinite(v.get<double>()))
+        return std::isnan(v.get<double>()) ? "NaN" : v.get<double>() > 0 ? "infinity" : "-infinity";
+    std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (s.size() > 120)
+        s = s.substr(0, 100) + "... (" + std::to_string(s.size()) + " characters)";
+    return s;
+}
+
+std::string shortKey(const std::string &key)
+{
+    return key.size() > 120 ? key.substr(0, 100) + "... (" + std::to_string(key.size()) + " characters)"
+                            : key;
+}
 
 std::string typeDescription(const ConfigKey &k)
 {
@@ -78,8 +112,10 @@ public:
     [[noreturn]] void raise() const
     {
         std::string all;
-        for (const auto &m : m_messages)
-            all += (all.empty() ? "" : "\n") + m;
+        for (std::size_t i = 0; i < m_messages.size() && i < kMaxReportedErrors; ++i)
+            all += (all.empty() ? "" : "\n") + m_messages[i];
+        if (m_messages.size() > kMaxReportedErrors)
+            all += "\n(and " + std::to_string(m_messages.size() - kMaxReportedErrors) + " more)";
         throw ConfigError(all, m_fields);
     }
 
@@ -93,7 +129,7 @@ bool checkValue(const ConfigKey &k, const nlohmann::json &v, Errors &errors)
 {
     const std::string name = k.name;
     auto fail = [&](const std::string &why) {
-        errors.add(name, name + " = " + v.dump() + ": " + why);
+        errors.add(name, name + " = " + shortDump(v) + ": " + why);
         return false;
     };
     auto inRange = [&](double x) {
@@ -124,6 +160,9 @@ bool checkValue(const ConfigKey &k, const nlohmann::json &v, Errors &errors)
     case KeyType::String:
         if (!v.is_string())
             return fail("expected a string");
+        if (v.get_ref<const std::string &>().size() > kMaxStringLength)
+            return fail("expected a string of at most " + std::to_string(kMaxStringLength) +
+                        " characters");
         return true;
     case KeyType::Enum: {
         if (!v.is_string())
@@ -147,10 +186,11 @@ bool checkValue(const ConfigKey &k, const nlohmann::json &v, Errors &errors)
                                     std::floor(e.get<double>()) == e.get<double>()))
                                 : e.is_number();
             if (!ok)
-                return fail("expected " + typeDescription(k) + ", found " + e.dump());
+                return fail("expected " + typeDescription(k) + ", found " + shortDump(e));
             const double x = e.get<double>();
             if (!std::isfinite(x) || x < k.min || x > k.max)
-                return fail("every element must be " + rangeDescription(k) + ", found " + e.dump());
+                return fail("every element must be " + rangeDescription(k) + ", found " +
+                            shortDump(e));
         }
         return true;
     }
@@ -171,7 +211,7 @@ void flattenInto(const nlohmann::json &node, const std::string &prefix, nlohmann
     for (auto it = node.begin(); it != node.end(); ++it) {
         const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
         // Descend only into sections; an object given for a leaf key is reported as a bad value.
-        if (it->is_object() && !findConfigKey(key))
+        if (it->is_object() && !findConfigKey(key) && key.size() <= kMaxKeyLength)
             flattenInto(*it, key, out);
         else
             out[key] = *it;
@@ -196,6 +236,50 @@ double defaultLr(const std::string &optimizer)
     if (optimizer == "momentum")
         return 0.05;
     return 0.1;
+}
+
+struct JsonProblem {
+    std::size_t offset = 0;
+    std::string what; // empty: none
+};
+
+bool isNumberChar(char c) { return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'; }
+
+// One pass over the text before nlohmann builds anything: its parser is iterative, but copying,
+// dumping and flattening the result recurse, so depth is bounded here, where the byte offset is
+// known. Brackets inside strings and comments do not count. Numbers that overflow a double are
+// caught here too, with their offset (nlohmann would reject them without one).
+JsonProblem scanJson(std::string_view t, bool comments)
+{
+    // strtod_l in the C locale: a GUI's locale may use a decimal comma.
+    static const locale_t cLocale = newlocale(LC_ALL_MASK, "C", locale_t(nullptr));
+    int depth = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const char c = t[i];
+        if (c == '"') {
+            for (++i; i < t.size() && t[i] != '"'; ++i)
+                if (t[i] == '\\')
+                    ++i;
+        } else if (comments && c == '/' && i + 1 < t.size() && (t[i + 1] == '/' || t[i + 1] == '*')) {
+            const bool line = t[i + 1] == '/';
+            const auto end = t.find(line ? "\n" : "*/", i + 2);
+            i = end == std::string_view::npos ? t.size() : end + (line ? 0 : 1);
+        } else if (c == '[' || c == '{') {
+            if (++depth > kMaxJsonDepth)
+                return {i, "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+        } else if (c == ']' || c == '}') {
+            depth -= depth > 0 ? 1 : 0;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            std::size_t j = i;
+            while (j < t.size() && isNumberChar(t[j]))
+                ++j;
+            const std::string token(t.substr(i, j - i));
+            if (std::isinf(strtod_l(token.c_str(), nullptr, cLocale)))
+                return {i, "number " + shortKey(token) + " is beyond the range of a double"};
+            i = j - 1;
+        }
+    }
+    return {};
 }
 
 } // namespace
@@ -289,10 +373,17 @@ std::string closestMatch(const std::string &word, const std::vector<std::string>
 {
     std::string best;
     std::size_t bestDistance = std::numeric_limits<std::size_t>::max();
+    const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+    auto gap = [](std::size_t a, std::size_t b) { return a > b ? a - b : b - a; };
     for (const auto &c : candidates) {
+        // The distance is at least the difference in length: skipping hopeless candidates keeps
+        // a megabyte-long unknown key from costing seconds of quadratic work.
+        const auto dot = c.rfind('.');
+        const std::size_t suffix = dot == std::string::npos ? c.size() : c.size() - dot - 1;
+        if (gap(word.size(), c.size()) > limit && gap(word.size(), suffix) + 1 > limit)
+            continue;
         std::size_t d = editDistance(word, c);
         // A key written without its section ("lr" for "train.lr") is a near miss too.
-        const auto dot = c.rfind('.');
         if (dot != std::string::npos)
             d = std::min(d, editDistance(word, c.substr(dot + 1)) + 1);
         if (d < bestDistance) {
@@ -300,7 +391,6 @@ std::string closestMatch(const std::string &word, const std::vector<std::string>
             best = c;
         }
     }
-    const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
     return bestDistance <= limit ? best : std::string();
 }
 
@@ -319,26 +409,67 @@ void applyAssignment(nlohmann::json &flat, const std::string &assignment)
 {
     const auto eq = assignment.find('=');
     if (eq == std::string::npos || eq == 0)
-        throw ConfigError("--set \"" + assignment + "\": expected KEY=VALUE, e.g. train.lr=0.05",
+        throw ConfigError("--set \"" + shortKey(assignment) +
+                              "\": expected KEY=VALUE, e.g. train.lr=0.05",
                           {});
     const std::string key = assignment.substr(0, eq);
     const std::string text = assignment.substr(eq + 1);
-    nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+    // Too deep to be a config value: kept as the string it is, like any other non-JSON value.
+    nlohmann::json value = scanJson(text, false).what.empty()
+                               ? nlohmann::json::parse(text, nullptr, false)
+                               : nlohmann::json(nlohmann::json::value_t::discarded);
     if (value.is_discarded())
         value = text;
     flat[key] = value;
 }
 
-nlohmann::json readJsonFile(const std::string &path)
+nlohmann::json parseJsonText(std::string_view text, const std::string &source,
+                             std::uint64_t firstByte)
 {
-    std::ifstream in(path);
+    const JsonProblem problem = scanJson(text, true);
+    if (!problem.what.empty()) {
+        std::string where = " at byte " + std::to_string(firstByte + problem.offset);
+        if (firstByte == 0)
+            where += " (line " +
+                     std::to_string(1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(problem.offset), '\n')) +
+                     ")";
+        throw ConfigError(source + ": " + problem.what + where, {});
+    }
+    try {
+        return nlohmann::json::parse(text.begin(), text.end(), nullptr, true,
+                                     /*ignore_comments=*/true);
+    } catch (const nlohmann::json::parse_error &e) {
+        const std::uint64_t at = firstByte + (e.byte > 0 ? e.byte - 1 : 0);
+        throw ConfigError(source + ": not valid JSON at byte " + std::to_string(at) + " (" +
+                              e.what() + ")",
+                          {});
+    } catch (const nlohmann::json::exception &e) {
+        throw ConfigError(source + ": not valid JSON (" + std::string(e.what()) + ")", {});
+    }
+}
+
+nlohmann::json readJsonFile(const std::string &path, std::uint64_t maxBytes)
+{
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw ConfigError(path + ": cannot open the file (it is a directory)", {});
+    std::ifstream in(path, std::ios::binary);
     if (!in)
         throw ConfigError(path + ": cannot open the file", {});
-    try {
-        return nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
-    } catch (const nlohmann::json::parse_error &e) {
-        throw ConfigError(path + ": not valid JSON (" + e.what() + ")", {});
+    // Read in pieces against the limit rather than trusting file_size: pipes have none.
+    std::string text;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size <= maxBytes)
+        text.reserve(std::size_t(size));
+    char buffer[1 << 16];
+    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+        if (text.size() + std::size_t(in.gcount()) > maxBytes)
+            throw ConfigError(path + ": more than " + std::to_string(maxBytes) +
+                                  " bytes, the limit for a JSON file here",
+                              {});
+        text.append(buffer, std::size_t(in.gcount()));
     }
+    return parseJsonText(text, path);
 }
 
 RunConfig parseConfig(const nlohmann::json &input)
@@ -354,7 +485,7 @@ RunConfig parseConfig(const nlohmann::json &input)
         const ConfigKey *key = findConfigKey(it.key());
         if (!key) {
             const auto guess = closestMatch(it.key(), names);
-            errors.add(it.key(), "unknown key \"" + it.key() + "\"" +
+            errors.add(it.key(), "unknown key \"" + shortKey(it.key()) + "\"" +
                                      (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)"));
             continue;
         }
@@ -403,11 +534,11 @@ RunConfig parseConfig(const nlohmann::json &input)
         errors.add("device", "device = \"" + c.device + "\": " + e.what());
     }
     if (c.layers.size() < 2)
-        errors.add("model.layers", "model.layers = " + v["model.layers"].dump() +
+        errors.add("model.layers", "model.layers = " + shortDump(v["model.layers"]) +
                                        ": expected at least two widths (input and output)");
     if (!c.slowdown.empty() && int(c.slowdown.size()) != c.workers)
         errors.add("workers_slowdown",
-                   "workers_slowdown = " + v["workers_slowdown"].dump() + ": expected " +
+                   "workers_slowdown = " + shortDump(v["workers_slowdown"]) + ": expected " +
                        std::to_string(c.workers) + " factors (one per worker) or an empty array");
     if (c.source == "idx") {
         if (c.images.empty())
@@ -422,7 +553,7 @@ RunConfig parseConfig(const nlohmann::json &input)
         const int in = c.layers.front(), out = c.layers.back();
         auto needs = [&](bool ok, const std::string &what) {
             if (!ok)
-                errors.add("model.layers", "model.layers = " + v["model.layers"].dump() +
+                errors.add("model.layers", "model.layers = " + shortDump(v["model.layers"]) +
                                                ": data.source=" + c.source + " needs " + what);
         };
         if (c.source == "fashion-mnist") {
@@ -434,6 +565,35 @@ RunConfig parseConfig(const nlohmann::json &input)
         } else if (c.source == "blobs") {
             needs(out >= 2, "at least 2 outputs (one per cluster)");
         }
+    }
+    if (c.layers.size() > kMaxLayers) {
+        errors.add("model.layers", "model.layers: " + std::to_string(c.layers.size()) +
+                                       " widths, more than the limit of " +
+                                       std::to_string(kMaxLayers));
+    } else if (c.layers.size() >= 2) {
+        std::uint64_t params = 0; // at most 1024 x 65537 x 65536 x 256: no overflow
+        for (std::size_t i = 0; i + 1 < c.layers.size(); ++i)
+            params += std::uint64_t(c.layers[i] + 1) * std::uint64_t(c.layers[i + 1]);
+        if (params * std::uint64_t(c.workers) > kMaxReplicaParameters)
+            errors.add("model.layers",
+                       "model.layers = " + shortDump(v["model.layers"]) + ": " +
+                           std::to_string(params) + " parameters x " + std::to_string(c.workers) +
+                           " workers, more than the limit of " +
+                           std::to_string(kMaxReplicaParameters) + " parameters in all");
+    }
+    if (c.layers.size() >= 2 &&
+        (c.source == "blobs" || c.source == "spirals" || c.source == "teacher")) {
+        const std::uint64_t samples = std::uint64_t(c.samples == 0 ? 8192 : c.samples);
+        const std::uint64_t width = std::uint64_t(c.inputWidth()) +
+                                    std::uint64_t(c.source == "teacher" ? c.outputWidth() : 0);
+        const std::uint64_t floats = (samples + std::uint64_t(c.evalSamples)) * width;
+        if (floats > kMaxGeneratedFloats)
+            errors.add("data.samples", "data.samples = " + std::to_string(samples) +
+                                           " and eval.samples = " + std::to_string(c.evalSamples) +
+                                           " of " + std::to_string(width) + " values each: " +
+                                           std::to_string(floats) +
+                                           " floats to generate, more than the limit of " +
+                                           std::to_string(kMaxGeneratedFloats));
     }
     if (!errors.empty())
         errors.raise();

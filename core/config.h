@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace syncopate {
@@ -99,8 +100,21 @@ void applyAssignment(nlohmann::json &flat, const std::string &assignment);
 // Nested objects to dotted keys: {"train":{"lr":1}} -> {"train.lr":1}.
 nlohmann::json flattenConfig(const nlohmann::json &input);
 
-// Reads a JSON file (ConfigError naming the file and the line on a syntax error).
-nlohmann::json readJsonFile(const std::string &path);
+// Limits on JSON that comes from files. nlohmann recurses on copy, dump and comparison (and
+// flattenConfig on sections), so nesting is bounded before any of that can overflow the stack;
+// configs, presets and traces nest a few levels. The size limit leaves room for long traces.
+constexpr int kMaxJsonDepth = 64;
+constexpr std::uint64_t kMaxJsonFileBytes = std::uint64_t(1) << 30;
+constexpr std::uint64_t kMaxConfigFileBytes = std::uint64_t(16) << 20; // configs and presets
+
+// Parses JSON text (comments allowed). source names the text in messages; firstByte is the
+// offset of text in its file. Throws ConfigError naming source and the byte offset for nesting
+// deeper than kMaxJsonDepth, a number beyond the range of a double or a syntax error.
+nlohmann::json parseJsonText(std::string_view text, const std::string &source,
+                             std::uint64_t firstByte = 0);
+
+// Reads a JSON file of at most maxBytes with parseJsonText (ConfigError naming the file).
+nlohmann::json readJsonFile(const std::string &path, std::uint64_t maxBytes = kMaxJsonFileBytes);
 
 // The closest of candidates to word, or "" when none is close.
 std::string closestMatch(const std::string &word, const std::vector<std::string> &candidates);

@@ -17,12 +17,23 @@ class ByteReader {
 public:
     explicit ByteReader(const std::string &path) : m_path(path)
     {
-        if (!std::filesystem::exists(path))
+        std::error_code ec;
+        const auto status = std::filesystem::status(path, ec);
+        if (!std::filesystem::exists(status))
             throw DataError(path + ": file not found");
+        // A directory, pipe or device has no size to check claims against (/dev/zero never ends).
+        if (!std::filesystem::is_regular_file(status))
+            throw DataError(path + ": not a regular file");
+        m_size = std::filesystem::file_size(path, ec);
+        if (ec)
+            throw DataError(path + ": cannot read the file size (" + ec.message() + ")");
         m_file = gzopen(path.c_str(), "rb");
         if (!m_file)
             throw DataError(path + ": cannot open the file");
-        gzbuffer(m_file, 1 << 18);
+        // A large buffer speeds up big files; for small ones its 768 KiB would cost more than
+        // the read (the fuzzer opens thousands per second).
+        if (m_size > (1u << 20))
+            gzbuffer(m_file, 1 << 18);
     }
     ~ByteReader() { gzclose(m_file); }
     ByteReader(const ByteReader &) = delete;
@@ -57,7 +68,26 @@ public:
         return (std::uint32_t(b[0]) << 24) | (std::uint32_t(b[1]) << 16) |
                (std::uint32_t(b[2]) << 8) | b[3];
     }
+    // Reads n bytes into out. Gzip data arrives in pieces, so memory grows with the data that is
+    // really there, not with what a header claims (raw files were checked against their size).
+    void readInto(std::vector<std::uint8_t> &out, std::uint64_t n, const char *what)
+    {
+        constexpr std::uint64_t piece = std::uint64_t(1) << 24;
+        out.clear();
+        if (direct()) {
+            out.resize(std::size_t(n));
+            read(out.data(), out.size(), what);
+            return;
+        }
+        while (out.size() < n) {
+            const std::size_t at = out.size();
+            out.resize(at + std::size_t(std::min(piece, n - at)));
+            read(out.data() + at, out.size() - at, what);
+        }
+    }
     std::uint64_t offset() const { return m_offset; }
+    std::uint64_t fileSize() const { return m_size; }
+    bool direct() { return gzdirect(m_file) == 1; } // not gzip: bytes as stored
     const std::string &path() const { return m_path; }
     // Whether any byte follows what has been read.
     bool hasMore()
@@ -78,7 +108,12 @@ private:
     std::string m_path;
     gzFile m_file = nullptr;
     std::uint64_t m_offset = 0;
+    std::uint64_t m_size = 0;
 };
+
+// Deflate expands at most about 1032:1 (a 258-byte match per 2-bit code), so a gzip file cannot
+// decompress to more than this many bytes per byte it has.
+constexpr std::uint64_t kMaxGzipRatio = 1032;
 
 std::string dimsText(const std::vector<std::int64_t> &dims)
 {
@@ -223,7 +258,7 @@ double IdxArray::value(std::int64_t i) const
     }
 }
 
-IdxArray readIdx(const std::string &path, std::int64_t maxItems)
+IdxArray readIdx(const std::string &path, std::int64_t maxItems, std::uint64_t maxBytes)
 {
     ByteReader in(path);
     const std::uint32_t magic = in.readBigEndian32("the magic number");
@@ -244,7 +279,9 @@ IdxArray readIdx(const std::string &path, std::int64_t maxItems)
                         " at byte 2 is not an IDX type (expected 0x08 unsigned bytes, 0x09 "
                         "signed bytes, 0x0B 16-bit or 0x0C 32-bit integers, 0x0D or 0x0E floats)");
     }
-    std::int64_t total = 1;
+    // Every product is overflow-checked: four dimensions of 2^30 multiply past 2^64.
+    std::uint64_t count = 1;
+    bool overflow = false;
     for (std::uint32_t i = 0; i < rank; ++i) {
         const std::uint64_t at = in.offset();
         const std::uint32_t n = in.readBigEndian32("a dimension");
@@ -253,18 +290,36 @@ IdxArray readIdx(const std::string &path, std::int64_t maxItems)
                             std::to_string(at) + " is " + std::to_string(n) +
                             " (expected 1 to 2^30)");
         a.dims.push_back(n);
-        total *= n;
-        if (total * a.elementBytes > (std::int64_t(1) << 34))
-            throw DataError(path + ": the dimensions describe more than 16 GiB of data");
+        overflow = overflow || __builtin_mul_overflow(count, std::uint64_t(n), &count);
     }
+    std::uint64_t bytes = 0;
+    overflow = overflow || __builtin_mul_overflow(count, std::uint64_t(a.elementBytes), &bytes);
+    const std::string described = "dimensions " + dimsText(a.dims) + " (bytes 4 to " +
+                                  std::to_string(in.offset() - 1) + ") of " + a.typeName();
+    if (overflow)
+        throw DataError(path + ": the " + described + " describe more than 2^64 bytes");
     const bool prefix = maxItems > 0 && maxItems < a.dims[0];
     if (prefix) {
-        total = total / a.dims[0] * maxItems;
+        count = count / std::uint64_t(a.dims[0]) * std::uint64_t(maxItems);
+        bytes = count * std::uint64_t(a.elementBytes);
         a.dims[0] = maxItems;
     }
+    if (bytes > maxBytes)
+        throw DataError(path + ": the " + described + " describe " + std::to_string(bytes) +
+                        " bytes to read, more than the limit of " + std::to_string(maxBytes));
     a.dataOffset = in.offset();
-    a.data.resize(std::size_t(total) * std::size_t(a.elementBytes));
-    in.read(a.data.data(), a.data.size(), "the data the header describes");
+    const std::uint64_t size = in.fileSize();
+    if (in.direct() && bytes > size - a.dataOffset)
+        throw DataError(path + ": truncated at byte " + std::to_string(size) +
+                        " while reading the data the header describes (" +
+                        std::to_string(bytes - (size - a.dataOffset)) +
+                        " more bytes expected for the " + described + ")");
+    if (!in.direct() && bytes / kMaxGzipRatio > size)
+        throw DataError(path + ": the " + described + " describe " + std::to_string(bytes) +
+                        " bytes, more than a gzip file of " + std::to_string(size) +
+                        " bytes can hold (" + std::to_string(kMaxGzipRatio) +
+                        " times its size): truncated, or a wrong header");
+    in.readInto(a.data, bytes, "the data the header describes");
     if (!prefix && in.hasMore())
         throw DataError(path + ": more bytes after byte " + std::to_string(in.offset()) +
                         ", where the data the header describes ends (dimensions " +
@@ -296,6 +351,12 @@ Dataset loadIdxDataset(const std::string &imagesPath, const std::string &labelsP
     d.name = std::filesystem::path(imagesPath).filename().string();
     d.samples = images.dims[0];
     const std::int64_t n = images.size();
+    // Checked before the float copy is made; also keeps the width within an int.
+    if (n / d.samples > kMaxIdxFeatures)
+        throw DataError(imagesPath + ": images of " + std::to_string(n / d.samples) +
+                        " values each (dimensions " + dimsText(images.dims) +
+                        " at byte 4) are wider than the " + std::to_string(kMaxIdxFeatures) +
+                        " inputs a model can take");
     d.features = int(n / d.samples);
     d.x.resize(std::size_t(n));
     if (images.type == 0x08) { // MNIST and its kin: the common case, kept fast

@@ -44,10 +44,20 @@ struct IdxArray {
     const char *typeName() const;
 };
 
+// The most payload readIdx reads (after a maxItems prefix): 1 GiB, four times that as floats.
+// EMNIST, the largest IDX set in use, holds 0.7 GB.
+constexpr std::uint64_t kMaxIdxBytes = std::uint64_t(1) << 30;
+// Values per sample an IDX image file may have: the widest layer model.layers allows.
+constexpr std::int64_t kMaxIdxFeatures = 65536;
+
 // Reads an IDX file, raw or gzip-compressed, of any IDX element type. maxItems > 0 reads only
 // the first items along the first dimension; otherwise bytes after the data the header
 // describes are an error. Throws DataError naming the path and the byte offset of the problem.
-IdxArray readIdx(const std::string &path, std::int64_t maxItems = 0);
+// The size the header claims is checked against maxBytes and what the file can hold (its size,
+// or 1032 times it for gzip, deflate's largest ratio) before anything is allocated, and gzip
+// data is read in pieces, so a lying header costs neither memory nor time.
+IdxArray readIdx(const std::string &path, std::int64_t maxItems = 0,
+                 std::uint64_t maxBytes = kMaxIdxBytes);
 
 // Images flattened row-major, as floats: integer types divided by the largest value of their
 // type (unsigned bytes: / 255, MNIST's convention), floating types as stored (NaN and infinity

@@ -1,5 +1,8 @@
 #include "engine.h"
 
+#include "metrics.h"
+#include "runstore.h"
+
 #include "model.h"
 #include "optimizer.h"
 #include "random.h"
@@ -192,6 +195,14 @@ void Engine::start()
 {
     if (m_state.load() != RunState::Idle)
         return;
+    if (!m_outputDir.empty()) {
+        m_writer = std::make_unique<RunWriter>(m_outputDir, m_config, m_initialParams);
+        if (!m_retentionSet)
+            m_retention = Retention::None; // the directory has it all
+    }
+    m_events.setRetention(m_retention == Retention::All    ? EventStore::Keep::All
+                          : m_retention == Retention::Feed ? EventStore::Keep::Unread
+                                                           : EventStore::Keep::Nothing);
     m_clock.restart(); // time 0 is the start, not the construction of the replicas
     m_state = RunState::Running;
     m_running = int(m_workers.size());
@@ -324,6 +335,18 @@ void Engine::fail(int worker, std::int64_t step, Phase phase, const std::string 
     requestStop();
 }
 
+void Engine::storeFailed(const std::string &what)
+{
+    m_writer.reset();
+    {
+        std::lock_guard lock(m_doneMutex);
+        if (m_error.empty())
+            m_error = "the run folder could not be written, so the run stopped: " + what +
+                      ". What was recorded until then is kept in " + m_outputDir;
+    }
+    requestStop();
+}
+
 void Engine::drain()
 {
     m_drained.clear();
@@ -331,6 +354,37 @@ void Engine::drain()
         w->ring.drain(m_drained);
     if (!m_drained.empty())
         m_events.append(m_drained);
+    if (m_writer) {
+        try {
+            m_writer->append(m_drained.data(), m_drained.size());
+            m_writer->tick(m_clock.now(), [this] { return outcome(); });
+        } catch (const std::exception &e) {
+            storeFailed(e.what());
+        }
+    }
+}
+
+RunOutcome Engine::outcome() const
+{
+    RunOutcome o;
+    o.status = runStateName(state());
+    o.error = error();
+    o.wallNs = elapsedNs();
+    o.stepsCompleted = progress();
+    o.eval = evalHistory();
+    o.reduceAlgorithm = reduceAlgorithm();
+    o.devices = deviceNames();
+    return o;
+}
+
+nlohmann::json Engine::summary() const
+{
+    {
+        std::lock_guard lock(m_doneMutex);
+        if (!m_summary.is_null())
+            return m_summary;
+    }
+    return computeMetrics(m_config, m_events.all(), outcome()).summary;
 }
 
 void Engine::supervise()
@@ -367,11 +421,28 @@ void Engine::supervise()
         drain();
     }
     m_endNs = m_clock.now();
+    RunState end;
     {
         std::lock_guard lock(m_doneMutex);
-        m_state = !m_error.empty() ? RunState::Failed
-                  : complete       ? RunState::Finished
-                                   : RunState::Stopped;
+        end = !m_error.empty() ? RunState::Failed : complete ? RunState::Finished : RunState::Stopped;
+    }
+    // The directory is complete before anyone is told the run ended.
+    if (m_writer) {
+        RunOutcome o = outcome();
+        o.status = runStateName(end);
+        try {
+            m_writer->finish(o, finalParams());
+            std::lock_guard lock(m_doneMutex);
+            m_summary = m_writer->summary();
+        } catch (const std::exception &e) {
+            storeFailed(e.what());
+            end = RunState::Failed;
+        }
+        m_writer.reset();
+    }
+    {
+        std::lock_guard lock(m_doneMutex);
+        m_state = end;
     }
     m_doneCv.notify_all();
 }

@@ -24,6 +24,8 @@
 namespace syncopate {
 
 class Optimizer;
+class RunWriter;
+struct RunOutcome;
 struct WorkerState;
 
 enum class RunState { Idle, Running, Finished, Stopped, Failed };
@@ -62,6 +64,15 @@ public:
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
 
+    // Streams the run into dir as it goes (runstore.h); before start(). start() throws
+    // StoreError naming the folder when it cannot be written, before any worker runs.
+    void setOutputDirectory(std::string dir) { m_outputDir = std::move(dir); }
+    const std::string &outputDirectory() const { return m_outputDir; }
+    // What events() keeps: every record (the default without an output directory, for tests),
+    // only what a consumer has not taken yet (a GUI following the run), or nothing (headless).
+    enum class Retention { All, Feed, None };
+    void setRetention(Retention r) { m_retention = r; m_retentionSet = true; }
+
     void start();
     // Asks every worker to stop; returns at once. wait() returns promptly after it.
     void requestStop();
@@ -82,6 +93,11 @@ public:
     // The trained parameters (sync: replica 0, all replicas agree; async: the server's).
     std::vector<float> finalParams() const;
     std::vector<EvalPoint> evalHistory() const;
+    // The run-level facts of the summary (status, wall time, steps, eval, devices).
+    RunOutcome outcome() const;
+    // The summary of the run once it has ended: the one written to summary.json, or computed
+    // from events() when there is no output directory.
+    nlohmann::json summary() const;
     // How sync mode averages gradients ("shared memory", "host staging", "nccl"); empty in async.
     std::string reduceAlgorithm() const;
     // The device of each worker, e.g. "cpu" or "cuda:0 (NVIDIA H100)".
@@ -120,7 +136,13 @@ private:
     void recordEval(WorkerState &w, std::int64_t step, const EvalResult &r);
     void fail(int worker, std::int64_t step, Phase phase, const std::string &what);
     void drain();
+    void storeFailed(const std::string &what);
     std::vector<Record> m_drained; // drain()'s buffer, reused
+    std::string m_outputDir;
+    Retention m_retention = Retention::All;
+    bool m_retentionSet = false;
+    std::unique_ptr<RunWriter> m_writer; // null once it failed
+    nlohmann::json m_summary;            // guarded by m_doneMutex
     bool stopping() const { return m_stop.load(std::memory_order_relaxed); }
 
     RunConfig m_config;

@@ -4,135 +4,294 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 namespace syncopate {
 
-RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &records,
-                          const RunOutcome &outcome)
+namespace {
+
+// Values from a damaged file can be anything; casting an out-of-range double to an integer is
+// undefined behaviour, so saturate instead.
+std::int64_t clampToInt64(double v)
 {
-    const int workers = config.workers;
-    std::vector<std::vector<StepRow>> perWorker{std::size_t(workers)};
-    std::vector<std::vector<std::int64_t>> stepStart{std::size_t(workers)};
-    std::vector<std::int64_t> firstStart(std::size_t(workers), std::numeric_limits<std::int64_t>::max());
-    std::vector<std::int64_t> lastEnd(std::size_t(workers), 0);
-    std::vector<double> waitNs(std::size_t(workers), 0), delayNs(std::size_t(workers), 0);
-    double recomputeNs = 0, peakActivation = 0;
-    std::vector<std::pair<std::int64_t, double>> losses; // (time, loss)
-    std::vector<std::int64_t> staleness;
-    std::vector<std::vector<double>> reduceNs; // [step][worker]
+    if (std::isnan(v))
+        return 0;
+    if (v >= 9223372036854775808.0)
+        return std::numeric_limits<std::int64_t>::max();
+    if (v < -9223372036854775808.0)
+        return std::numeric_limits<std::int64_t>::min();
+    return std::int64_t(v);
+}
 
-    auto row = [&](int w, std::int64_t step) -> StepRow & {
-        auto &v = perWorker[std::size_t(w)];
-        auto &s = stepStart[std::size_t(w)];
-        while (std::int64_t(v.size()) <= step) {
-            StepRow r;
-            r.worker = w;
-            r.step = std::int64_t(v.size());
-            v.push_back(r);
-            s.push_back(std::numeric_limits<std::int64_t>::max());
-        }
-        return v[std::size_t(step)];
-    };
+// By time, then value; a NaN loss sorts after every number so the order stays strict.
+bool lossBefore(const std::pair<std::int64_t, double> &a, const std::pair<std::int64_t, double> &b)
+{
+    if (a.first != b.first)
+        return a.first < b.first;
+    if (std::isnan(a.second))
+        return false;
+    return std::isnan(b.second) || a.second < b.second;
+}
 
-    for (const Record &r : records) {
-        if (r.worker >= workers)
+bool byStepThenWorker(const StepRow &a, const StepRow &b)
+{
+    return a.step != b.step ? a.step < b.step : a.worker < b.worker;
+}
+
+} // namespace
+
+MetricsAccumulator::MetricsAccumulator(const RunConfig &config)
+    : m_config(config), m_workers(std::max(0, config.workers)), m_state(std::size_t(m_workers))
+{
+}
+
+void MetricsAccumulator::add(const Record *records, std::size_t n)
+{
+    for (std::size_t i = 0; i < n; ++i) {
+        const Record &r = records[i];
+        if (r.worker >= m_workers)
             continue;
         const int w = r.worker;
-        if (r.isSpan()) {
-            if (r.lane() == Lane::Data || r.phase() == Phase::Eval)
-                continue; // prefetch overlaps other steps; eval is not training time
-            StepRow &row_ = row(w, r.step);
-            auto &start = stepStart[std::size_t(w)][r.step];
-            start = std::min(start, r.start);
-            row_.tMs = std::max(row_.tMs, double(r.end) / 1e6);
-            row_.stepMs = row_.tMs - double(start) / 1e6;
-            firstStart[std::size_t(w)] = std::min(firstStart[std::size_t(w)], r.start);
-            lastEnd[std::size_t(w)] = std::max(lastEnd[std::size_t(w)], r.end);
-            const double ms = double(r.duration()) / 1e6;
-            switch (r.phase()) {
-            case Phase::Wait:
-                if (r.isStall()) {
-                    row_.waitMs += ms;
-                    waitNs[std::size_t(w)] += double(r.duration());
-                }
-                break;
-            case Phase::Delay:
-                row_.delayMs += ms;
-                delayNs[std::size_t(w)] += double(r.duration());
-                break;
-            case Phase::Reduce:
-                if (reduceNs.size() <= r.step)
-                    reduceNs.resize(std::size_t(r.step) + 1, std::vector<double>(std::size_t(workers), 0.0));
-                reduceNs[r.step][std::size_t(w)] += double(r.duration());
-                break;
-            case Phase::Recompute:
-                row_.recomputeMs += ms;
-                recomputeNs += double(r.duration());
-                break;
-            default:
-                break;
-            }
-        } else {
+        WorkerState &ws = m_state[std::size_t(w)];
+        if (!r.isSpan()) {
+            OpenRow *row = nullptr;
             switch (r.counter()) {
             case CounterId::Loss:
-                row(w, r.step).loss = r.value;
-                losses.emplace_back(r.start, r.value);
+                if ((row = rowFor(w, r.step)))
+                    row->row.loss = r.value;
+                addLoss(r.start, r.value);
                 break;
             case CounterId::ActivationBytes:
-                row(w, r.step).activationBytes = r.value;
-                peakActivation = std::max(peakActivation, r.value);
+                if ((row = rowFor(w, r.step)))
+                    row->row.activationBytes = r.value;
+                m_peakActivation = std::max(m_peakActivation, r.value);
                 break;
             case CounterId::Staleness:
-                row(w, r.step).staleness = r.value;
-                staleness.push_back(std::int64_t(r.value));
+                if ((row = rowFor(w, r.step)))
+                    row->row.staleness = r.value;
+                addStaleness(r.value);
                 break;
             default:
                 break;
             }
+            continue;
+        }
+        if (r.lane() == Lane::Data || r.phase() == Phase::Eval)
+            continue; // prefetch overlaps other steps; eval is not training time
+        if (std::int64_t(r.step) > ws.spanStep)
+            advance(w, r.step);
+        ws.firstStart = std::min(ws.firstStart, r.start);
+        ws.lastEnd = std::max(ws.lastEnd, r.end);
+        // In double: a damaged file's times can be far enough apart to overflow an int64.
+        const double ns = double(r.end) - double(r.start);
+        OpenRow *row = rowFor(w, r.step);
+        if (row) {
+            row->start = std::min(row->start, r.start);
+            row->row.tMs = std::max(row->row.tMs, double(r.end) / 1e6);
+            row->row.stepMs = row->row.tMs - double(row->start) / 1e6;
+        }
+        switch (r.phase()) {
+        case Phase::Wait:
+            if (r.isStall()) {
+                if (row)
+                    row->row.waitMs += ns / 1e6;
+                ws.waitNs += ns;
+            }
+            break;
+        case Phase::Delay:
+            if (row)
+                row->row.delayMs += ns / 1e6;
+            ws.delayNs += ns;
+            break;
+        case Phase::Reduce:
+            addReduce(r.step, w, ns);
+            break;
+        case Phase::Recompute:
+            if (row)
+                row->row.recomputeMs += ns / 1e6;
+            m_recomputeNs += ns;
+            break;
+        default:
+            break;
         }
     }
+}
 
-    RunMetrics m;
-    // Rows that never got past data loading (a stopped run's last step) carry no loss; keep
-    // only steps that computed something.
-    std::int64_t maxSteps = 0;
-    for (const auto &v : perWorker)
-        maxSteps = std::max<std::int64_t>(maxSteps, std::int64_t(v.size()));
-    for (std::int64_t s = 0; s < maxSteps; ++s)
-        for (const auto &v : perWorker)
-            if (s < std::int64_t(v.size()))
-                m.rows.push_back(v[std::size_t(s)]);
+MetricsAccumulator::OpenRow *MetricsAccumulator::rowFor(int worker, std::uint32_t step)
+{
+    WorkerState &ws = m_state[std::size_t(worker)];
+    auto it = std::lower_bound(ws.open.begin(), ws.open.end(), step,
+                               [](const OpenRow &o, std::uint32_t s) { return o.row.step < s; });
+    if (it != ws.open.end() && it->row.step == step)
+        return &*it;
+    if (std::int64_t(step) <= ws.lastCompleted) {
+        auto f = std::lower_bound(ws.finished.begin(), ws.finished.end(), step,
+                                  [](const auto &e, std::uint32_t s) { return e.first < s; });
+        if (f != ws.finished.end() && f->first == step)
+            return &m_finished[f->second];
+        return nullptr; // handed out already: the record counts in the totals only
+    }
+    OpenRow fresh;
+    fresh.row.worker = worker;
+    fresh.row.step = step;
+    if (std::int64_t(step) < ws.spanStep) { // a step this worker skipped and has moved past
+        complete(worker, std::move(fresh));
+        return &m_finished.back();
+    }
+    const auto at = it - ws.open.begin();
+    ws.open.insert(it, std::move(fresh));
+    if (ws.open.size() <= kMaxOpenRowsPerWorker)
+        return &ws.open[std::size_t(at)];
+    // Only damaged input opens this many (counters of future steps, say): bound it.
+    complete(worker, std::move(ws.open.front()));
+    ws.open.erase(ws.open.begin());
+    return at == 0 ? &m_finished.back() : &ws.open[std::size_t(at - 1)];
+}
 
+void MetricsAccumulator::complete(int worker, OpenRow &&row)
+{
+    WorkerState &ws = m_state[std::size_t(worker)];
+    ws.lastCompleted = std::max(ws.lastCompleted, row.row.step);
+    ws.finished.emplace_back(std::uint32_t(row.row.step), m_finished.size());
+    m_finished.push_back(std::move(row));
+}
+
+void MetricsAccumulator::advance(int worker, std::int64_t step)
+{
+    WorkerState &ws = m_state[std::size_t(worker)];
+    ws.spanStep = step;
+    while (!ws.open.empty() && ws.open.front().row.step < step) {
+        complete(worker, std::move(ws.open.front()));
+        ws.open.erase(ws.open.begin());
+    }
+    if (m_reducePending.empty())
+        return;
+    std::int64_t slowest = step;
+    for (const WorkerState &o : m_state)
+        slowest = std::min(slowest, o.spanStep);
+    while (!m_reducePending.empty() && std::int64_t(m_reducePending.begin()->first) < slowest)
+        finalizeOldestReduce();
+}
+
+void MetricsAccumulator::addReduce(std::uint32_t step, int worker, double ns)
+{
+    if (m_config.async())
+        return;
+    m_sawReduce = true;
+    if (std::int64_t(step) < m_reduceFloor)
+        return; // that step's slowest time is already in the totals
+    std::vector<double> &perWorker = m_reducePending[step];
+    if (perWorker.empty())
+        perWorker.assign(std::size_t(m_workers), 0.0);
+    perWorker[std::size_t(worker)] += ns;
+    // The barrier keeps sync workers within a step of each other; a longer backlog means one
+    // of them has stopped recording.
+    if (m_reducePending.size() > kMaxPendingReduceSteps)
+        finalizeOldestReduce();
+}
+
+void MetricsAccumulator::finalizeOldestReduce()
+{
+    auto it = m_reducePending.begin();
+    const double t = *std::max_element(it->second.begin(), it->second.end());
+    if (t > 0) {
+        m_reduceNs += t;
+        ++m_reduceSteps;
+    }
+    m_reduceFloor = std::int64_t(it->first) + 1;
+    m_reducePending.erase(it);
+}
+
+void MetricsAccumulator::addLoss(std::int64_t t, double loss)
+{
+    if (m_workers == 0)
+        return;
+    const std::pair<std::int64_t, double> p{t, loss};
+    if (m_lastLosses.size() == std::size_t(m_workers)) {
+        if (!lossBefore(m_lastLosses.front(), p))
+            return;
+        m_lastLosses.erase(m_lastLosses.begin());
+    }
+    m_lastLosses.insert(std::upper_bound(m_lastLosses.begin(), m_lastLosses.end(), p, lossBefore),
+                        p);
+}
+
+void MetricsAccumulator::addStaleness(double value)
+{
+    if (!std::isfinite(value))
+        return; // not a staleness at all: a damaged file
+    const double s = std::trunc(value);
+    m_stalenessMax = m_stalenessCount == 0 ? s : std::max(m_stalenessMax, s);
+    m_stalenessSum += s;
+    ++m_stalenessCount;
+    if (s > double(kStalenessBuckets)) {
+        ++m_stalenessOverflow;
+        return;
+    }
+    const std::size_t bucket = s > 0 ? std::size_t(s) : 0;
+    if (m_stalenessHist.size() <= bucket)
+        m_stalenessHist.resize(bucket + 1, 0);
+    ++m_stalenessHist[bucket];
+}
+
+void MetricsAccumulator::takeFinishedRows(std::vector<StepRow> &out)
+{
+    out.reserve(out.size() + m_finished.size());
+    for (const OpenRow &r : m_finished)
+        out.push_back(r.row);
+    m_finished.clear();
+    for (WorkerState &ws : m_state)
+        ws.finished.clear();
+}
+
+void MetricsAccumulator::finish(std::vector<StepRow> &out)
+{
+    takeFinishedRows(out);
+    const auto from = std::ptrdiff_t(out.size());
+    for (WorkerState &ws : m_state) {
+        for (const OpenRow &r : ws.open) {
+            ws.lastCompleted = std::max(ws.lastCompleted, r.row.step);
+            out.push_back(r.row);
+        }
+        ws.open.clear();
+    }
+    std::sort(out.begin() + from, out.end(), byStepThenWorker);
+}
+
+std::size_t MetricsAccumulator::openRowCount() const
+{
+    std::size_t n = m_finished.size();
+    for (const WorkerState &ws : m_state)
+        n += ws.open.size();
+    return n;
+}
+
+nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
+{
     double totalActive = 0, totalWait = 0;
     nlohmann::json stallPerWorker = nlohmann::json::array();
     nlohmann::json delayPerWorker = nlohmann::json::array();
-    for (int w = 0; w < workers; ++w) {
-        const double active = lastEnd[std::size_t(w)] > firstStart[std::size_t(w)]
-                                  ? double(lastEnd[std::size_t(w)] - firstStart[std::size_t(w)])
-                                  : 0.0;
-        totalActive += active;
-        totalWait += waitNs[std::size_t(w)];
-        stallPerWorker.push_back(waitNs[std::size_t(w)] / 1e6);
-        delayPerWorker.push_back(delayNs[std::size_t(w)] / 1e6);
+    for (const WorkerState &ws : m_state) {
+        totalActive += ws.lastEnd > ws.firstStart ? double(ws.lastEnd) - double(ws.firstStart) : 0.0;
+        totalWait += ws.waitNs;
+        stallPerWorker.push_back(ws.waitNs / 1e6);
+        delayPerWorker.push_back(ws.delayNs / 1e6);
     }
 
-    std::sort(losses.begin(), losses.end());
     double finalLoss = std::numeric_limits<double>::quiet_NaN();
-    if (!losses.empty()) {
-        const std::size_t k = std::min<std::size_t>(losses.size(), std::size_t(workers));
+    if (!m_lastLosses.empty()) {
         double s = 0;
-        for (std::size_t i = losses.size() - k; i < losses.size(); ++i)
-            s += losses[i].second;
-        finalLoss = s / double(k);
+        for (const auto &l : m_lastLosses)
+            s += l.second;
+        finalLoss = s / double(m_lastLosses.size());
     }
 
+    const RunConfig &config = m_config;
     const double wallS = double(outcome.wallNs) / 1e9;
     const double samplesDone = double(outcome.stepsCompleted) * double(config.samplesPerStep());
 
-    nlohmann::json &j = m.summary;
+    nlohmann::json j;
     j["mode"] = config.mode;
-    j["workers"] = workers;
+    j["workers"] = config.workers;
     j["steps"] = config.steps;
     j["steps_completed"] = outcome.stepsCompleted;
     j["status"] = outcome.status;
@@ -144,19 +303,14 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
     j["stall_fraction"] = totalActive > 0 ? totalWait / totalActive : 0.0;
     j["stall_ms_per_worker"] = stallPerWorker;
     j["delay_ms_per_worker"] = delayPerWorker;
-    j["recompute_ms"] = recomputeNs / 1e6;
-    j["peak_activation_bytes"] = std::int64_t(peakActivation);
-    if (!staleness.empty()) {
-        const std::int64_t mx = *std::max_element(staleness.begin(), staleness.end());
-        double sum = 0;
-        std::vector<std::int64_t> hist(std::size_t(mx + 1), 0);
-        for (auto s : staleness) {
-            sum += double(s);
-            ++hist[std::size_t(std::max<std::int64_t>(0, s))];
-        }
-        j["staleness_mean"] = sum / double(staleness.size());
-        j["staleness_max"] = mx;
-        j["staleness_histogram"] = hist;
+    j["recompute_ms"] = m_recomputeNs / 1e6;
+    j["peak_activation_bytes"] = clampToInt64(m_peakActivation);
+    if (m_stalenessCount > 0) {
+        j["staleness_mean"] = m_stalenessSum / double(m_stalenessCount);
+        j["staleness_max"] = clampToInt64(m_stalenessMax);
+        j["staleness_histogram"] = m_stalenessHist;
+        if (m_stalenessOverflow > 0) // only a damaged file gets here
+            j["staleness_overflow"] = m_stalenessOverflow;
     } else {
         j["staleness_mean"] = 0.0;
         j["staleness_max"] = 0;
@@ -164,24 +318,25 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
     }
     if (!outcome.devices.empty())
         j["devices"] = outcome.devices;
-    if (!config.async() && !reduceNs.empty()) {
+    if (!config.async() && m_sawReduce) {
         // As nccl-tests report an all-reduce of S bytes per rank taking t: algbw = S / t,
         // busbw = algbw * 2(n-1)/n, with t the slowest worker's reduce time of each step.
         ModelSpec spec;
         spec.layers = config.layers;
         const double bytes = double(spec.paramCount()) * sizeof(float);
-        double totalNs = 0;
-        std::size_t steps = 0;
-        for (const auto &perStep : reduceNs) {
-            const double t = *std::max_element(perStep.begin(), perStep.end());
+        double totalNs = m_reduceNs;
+        std::int64_t steps = m_reduceSteps;
+        for (const auto &perStep : m_reducePending) {
+            const double t = *std::max_element(perStep.second.begin(), perStep.second.end());
             if (t > 0) {
                 totalNs += t;
                 ++steps;
             }
         }
+        const int workers = config.workers;
         nlohmann::json reduce;
         reduce["algorithm"] = outcome.reduceAlgorithm;
-        reduce["bytes_per_worker"] = std::int64_t(bytes);
+        reduce["bytes_per_worker"] = clampToInt64(bytes);
         reduce["time_ms_mean"] = steps ? totalNs / double(steps) / 1e6 : 0.0;
         const double algbw = totalNs > 0 ? bytes * double(steps) / totalNs : 0.0; // bytes/ns = GB/s
         reduce["algbw_gb_s"] = algbw;
@@ -201,6 +356,19 @@ RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &re
         if (config.classification())
             j["final_eval_accuracy"] = outcome.eval.back().accuracy;
     }
+    return j;
+}
+
+RunMetrics computeMetrics(const RunConfig &config, const std::vector<Record> &records,
+                          const RunOutcome &outcome)
+{
+    MetricsAccumulator acc(config);
+    acc.add(records);
+    RunMetrics m;
+    acc.finish(m.rows);
+    // Completion order interleaves the workers by time.
+    std::sort(m.rows.begin(), m.rows.end(), byStepThenWorker);
+    m.summary = acc.summary(outcome);
     return m;
 }
 

@@ -1,127 +1,115 @@
-#include "rundir.h"
-
-#include "data.h"
+// Reading a run directory back, and the trace.json export streamed from its row files.
+#include "runstore.h"
 
 #include <cinttypes>
-#include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <memory>
 
 namespace syncopate {
+namespace fs = std::filesystem;
+
 namespace {
 
-struct FileCloser {
-    void operator()(std::FILE *f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-File openForWrite(const std::string &path)
+std::vector<std::unique_ptr<ChunkReader>> openRowFiles(const std::string &dir, std::vector<std::string> &files)
 {
-    File f(std::fopen(path.c_str(), "wb"));
-    if (!f)
-        throw std::runtime_error(path + ": cannot write (" + std::strerror(errno) + ")");
-    return f;
-}
-
-void closeChecked(File &f, const std::string &path)
-{
-    const bool ok = std::ferror(f.get()) == 0;
-    if (std::fclose(f.release()) != 0 || !ok)
-        throw std::runtime_error(path + ": write failed (disk full?)");
-}
-
-void writeText(const std::string &path, const std::string &text)
-{
-    File f = openForWrite(path);
-    std::fwrite(text.data(), 1, text.size(), f.get());
-    closeChecked(f, path);
+    std::vector<std::unique_ptr<ChunkReader>> readers;
+    std::vector<fs::path> paths;
+    std::error_code ec;
+    for (const auto &entry : fs::directory_iterator(dir, ec))
+        if (entry.path().extension() == ".syr")
+            paths.push_back(entry.path());
+    std::sort(paths.begin(), paths.end());
+    for (const auto &p : paths) {
+        readers.push_back(std::make_unique<ChunkReader>(p.string()));
+        files.push_back(p.filename().string());
+    }
+    return readers;
 }
 
 } // namespace
 
-void writeSafetensors(const std::string &path, const std::vector<int> &layers,
-                      const std::vector<float> &params)
+OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(double)> &progress)
 {
-    nlohmann::ordered_json header;
-    header["__metadata__"] = {{"format", "pt"}, {"producer", "syncopate"}};
-    std::size_t offset = 0;
-    const int L = int(layers.size()) - 1;
-    for (int l = 0; l < L; ++l) {
-        const std::size_t w = std::size_t(layers[l + 1]) * layers[l] * 4;
-        const std::size_t b = std::size_t(layers[l + 1]) * 4;
-        const std::string p = "layers." + std::to_string(l);
-        header[p + ".weight"] = {{"dtype", "F32"},
-                                 {"shape", {layers[l + 1], layers[l]}},
-                                 {"data_offsets", {offset, offset + w}}};
-        offset += w;
-        header[p + ".bias"] = {
-            {"dtype", "F32"}, {"shape", {layers[l + 1]}}, {"data_offsets", {offset, offset + b}}};
-        offset += b;
+    const fs::path d(dir);
+    std::error_code ec;
+    if (!fs::is_directory(d, ec))
+        throw StoreError(dir + ": not a directory");
+    const std::string configPath = (d / "config.json").string();
+    if (!fs::exists(configPath, ec))
+        throw StoreError(dir + ": config.json is missing, so this is not a Syncopate run folder");
+    OpenedRun run;
+    try {
+        run.config = parseConfig(readJsonFile(configPath));
+    } catch (const ConfigError &e) {
+        throw StoreError(configPath + ": " + e.what());
     }
-    if (offset != params.size() * 4)
-        throw std::runtime_error(path + ": parameter count does not match the layer widths");
-    std::string text = header.dump();
-    while (text.size() % 8)
-        text += ' ';
-    File f = openForWrite(path);
-    std::uint64_t n = text.size();
-    unsigned char le[8];
-    for (int i = 0; i < 8; ++i)
-        le[i] = (n >> (8 * i)) & 0xff;
-    std::fwrite(le, 1, 8, f.get());
-    std::fwrite(text.data(), 1, text.size(), f.get());
-    std::fwrite(params.data(), 4, params.size(), f.get()); // little-endian hosts only
-    closeChecked(f, path);
+    auto readers = openRowFiles(dir, run.files);
+    if (readers.empty())
+        throw StoreError(dir + ": no row files (w0.syr, ...); a folder of Syncopate 0.1 or another tool?");
+    std::uint64_t records = 0;
+    for (const auto &r : readers) {
+        run.tornBytes += r->tornBytes();
+        records += r->records();
+        if (r->row().worker >= run.config.workers)
+            throw StoreError(r->path() + ": row of worker " + std::to_string(r->row().worker) +
+                             " in a run of " + std::to_string(run.config.workers) + " workers");
+    }
+    const std::string summaryPath = (d / "summary.json").string();
+    if (fs::exists(summaryPath, ec)) {
+        try {
+            run.summary = readJsonFile(summaryPath);
+        } catch (const ConfigError &) {
+            run.summary = nlohmann::json(); // a summary cut short: the run did not end cleanly
+        }
+    }
+    if (!run.summary.is_object())
+        run.summary = nlohmann::json::object();
+    const std::string status = run.summary.value("status", "running");
+    run.interrupted = status == "running" || !run.summary.contains("status");
+    if (run.interrupted)
+        run.summary["status"] = "interrupted";
+    for (const char *f : {"config.json", "summary.json", "metrics.csv", "index.syi", "trace.json",
+                          "params-init.safetensors", "params-final.safetensors"})
+        if (fs::exists(d / f, ec))
+            run.files.emplace_back(f);
+
+    run.trace = std::make_shared<TraceModel>(run.config.workers, run.config.prefetch, run.config.batch);
+    bool indexed = false;
+    try {
+        indexed = run.trace->loadIndex((d / "index.syi").string()) && run.trace->recordCount() == records;
+    } catch (const StoreError &) {
+        indexed = false; // a damaged index is rebuilt from the row files, which are the truth
+    }
+    if (!indexed)
+        run.trace = std::make_shared<TraceModel>(run.config.workers, run.config.prefetch, run.config.batch);
+    run.trace->adoptRowFiles(std::move(readers));
+    if (!indexed && !run.trace->rebuildFromFiles([&](double f) { return !progress || progress(f); }))
+        throw StoreError(dir + ": opening cancelled");
+    return run;
 }
 
-std::map<std::string, Tensor> readSafetensors(const std::string &path)
+void exportTraceJson(const std::string &path, const std::string &runDir)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw DataError(path + ": cannot open the file");
-    unsigned char le[8];
-    if (!in.read(reinterpret_cast<char *>(le), 8))
-        throw DataError(path + ": truncated at byte 0 (no header length)");
-    std::uint64_t n = 0;
-    for (int i = 0; i < 8; ++i)
-        n |= std::uint64_t(le[i]) << (8 * i);
-    const auto size = std::filesystem::file_size(path);
-    if (n > size - 8)
-        throw DataError(path + ": header length " + std::to_string(n) + " at byte 0 exceeds the file");
-    std::string text(n, '\0');
-    in.read(text.data(), std::streamsize(n));
-    const auto header = nlohmann::json::parse(text, nullptr, false);
-    if (header.is_discarded() || !header.is_object())
-        throw DataError(path + ": the header at byte 8 is not a JSON object");
-    std::vector<char> blob(size - 8 - n);
-    in.read(blob.data(), std::streamsize(blob.size()));
-    std::map<std::string, Tensor> out;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-        if (it.key() == "__metadata__")
-            continue;
-        const auto &t = *it;
-        if (t.value("dtype", "") != "F32")
-            throw DataError(path + ": tensor " + it.key() + " is not F32");
-        const auto offsets = t.at("data_offsets").get<std::vector<std::uint64_t>>();
-        if (offsets.size() != 2 || offsets[1] < offsets[0] || offsets[1] > blob.size())
-            throw DataError(path + ": tensor " + it.key() + " has data offsets outside the file");
-        Tensor tensor;
-        tensor.shape = t.at("shape").get<std::vector<std::int64_t>>();
-        tensor.data.resize((offsets[1] - offsets[0]) / 4);
-        std::memcpy(tensor.data.data(), blob.data() + offsets[0], tensor.data.size() * 4);
-        out[it.key()] = std::move(tensor);
+    const std::string configPath = (fs::path(runDir) / "config.json").string();
+    RunConfig config;
+    try {
+        config = parseConfig(readJsonFile(configPath));
+    } catch (const ConfigError &e) {
+        throw StoreError(configPath + ": " + e.what());
     }
-    return out;
+    std::vector<std::string> files;
+    TraceModel trace(config.workers, config.prefetch, config.batch);
+    trace.adoptRowFiles(openRowFiles(runDir, files));
+    exportTraceJson(path, config, trace);
 }
 
-void writeTraceJson(const std::string &path, const RunConfig &config,
-                    const std::vector<Record> &records)
+
+void exportTraceJson(const std::string &path, const RunConfig &config, const TraceModel &trace)
 {
-    File f = openForWrite(path);
-    std::FILE *o = f.get();
+    const std::string tmp = path + ".tmp";
+    std::FILE *o = std::fopen(tmp.c_str(), "wb");
+    if (!o)
+        throw StoreError(tmp + ": cannot write (" + std::strerror(errno) + ")");
     std::fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"syncopate\",\"mode\":\"", o);
     std::fputs(config.mode.c_str(), o);
     std::fputs("\"},\"traceEvents\":[\n", o);
@@ -136,7 +124,7 @@ void writeTraceJson(const std::string &path, const RunConfig &config,
             std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}", 1000 + w, 2 * w + 1);
         }
     }
-    for (const Record &r : records) {
+    trace.forEachRecord([&](const Record &r) {
         if (r.isSpan()) {
             const int tid = r.lane() == Lane::Data ? 1000 + r.worker : r.worker;
             std::fprintf(o,
@@ -158,130 +146,15 @@ void writeTraceJson(const std::string &path, const RunConfig &config,
                          counterName(r.counter()), double(r.start) / 1e3, int(r.worker), r.step,
                          int(r.worker), r.value);
         }
-    }
+    });
     std::fputs("\n]}\n", o);
-    closeChecked(f, path);
-}
-
-std::vector<Record> readTraceJson(const std::string &path)
-{
-    nlohmann::json trace;
-    try {
-        trace = readJsonFile(path);
-    } catch (const ConfigError &e) {
-        throw DataError(e.what());
+    const bool ok = !std::ferror(o);
+    if (std::fclose(o) != 0 || !ok) {
+        std::remove(tmp.c_str());
+        throw StoreError(path + ": write failed (disk full?)");
     }
-    if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array())
-        throw DataError(path + ": not a trace (expected an object with a traceEvents array)");
-    auto phaseOf = [](const std::string &name) {
-        for (int p = 0; p < int(Phase::Count); ++p)
-            if (name == phaseName(Phase(p)))
-                return Phase(p);
-        return Phase::Count;
-    };
-    auto counterOf = [](const std::string &name) {
-        for (int c = 0; c < int(CounterId::Count); ++c)
-            if (name == counterName(CounterId(c)))
-                return CounterId(c);
-        return CounterId::Count;
-    };
-    std::vector<Record> records;
-    std::size_t index = 0;
-    for (const auto &ev : trace["traceEvents"]) {
-        ++index;
-        if (!ev.is_object())
-            continue;
-        const std::string ph = ev.value("ph", "");
-        try {
-            if (ph == "X") {
-                const Phase p = phaseOf(ev.value("name", ""));
-                if (p == Phase::Count)
-                    continue; // events of other tools are kept out, not fatal
-                const int tid = ev.at("tid").get<int>();
-                const auto start = std::int64_t(std::llround(ev.at("ts").get<double>() * 1e3));
-                const auto dur = std::int64_t(std::llround(ev.at("dur").get<double>() * 1e3));
-                const auto &args = ev.contains("args") ? ev["args"] : nlohmann::json::object();
-                double value = 0;
-                for (const char *k : {"staleness", "version", "bytes"})
-                    if (args.contains(k))
-                        value = args[k].get<double>();
-                const Lane lane = tid >= 1000 ? Lane::Data : defaultLane(p);
-                records.push_back(Record::span(tid % 1000, p, lane, args.value("step", 0u), start,
-                                               start + dur, value));
-            } else if (ph == "C") {
-                const CounterId c = counterOf(ev.value("name", ""));
-                if (c == CounterId::Count || !ev.contains("args"))
-                    continue;
-                const auto t = std::int64_t(std::llround(ev.at("ts").get<double>() * 1e3));
-                for (auto it = ev["args"].begin(); it != ev["args"].end(); ++it) {
-                    int worker = 0;
-                    if (std::sscanf(it.key().c_str(), "worker %d", &worker) != 1)
-                        continue;
-                    records.push_back(Record::counterSample(worker, c, ev.value("step", 0u), t,
-                                                            it->get<double>()));
-                }
-            }
-        } catch (const nlohmann::json::exception &e) {
-            throw DataError(path + ": event " + std::to_string(index) + " is malformed (" +
-                            e.what() + ")");
-        }
-    }
-    return records;
-}
-
-RunArtifacts readRunDirectory(const std::string &dir)
-{
-    const std::filesystem::path d(dir);
-    if (!std::filesystem::is_directory(d))
-        throw DataError(dir + ": not a directory");
-    for (const char *f : {"config.json", "trace.json"})
-        if (!std::filesystem::exists(d / f))
-            throw DataError(dir + ": " + f + " is missing, so this is not a Syncopate run directory");
-    RunArtifacts run;
-    try {
-        run.config = parseConfig(readJsonFile((d / "config.json").string()));
-    } catch (const ConfigError &e) {
-        throw DataError((d / "config.json").string() + ": " + e.what());
-    }
-    run.records = readTraceJson((d / "trace.json").string());
-    if (std::filesystem::exists(d / "summary.json"))
-        run.metrics.summary = readJsonFile((d / "summary.json").string());
-    return run;
-}
-
-void writeMetricsCsv(const std::string &path, const std::vector<StepRow> &rows)
-{
-    File f = openForWrite(path);
-    std::FILE *o = f.get();
-    std::fputs("worker,step,t_ms,step_ms,loss,wait_ms,delay_ms,recompute_ms,staleness,"
-               "activation_bytes\n",
-               o);
-    for (const auto &r : rows) {
-        std::fprintf(o, "%d,%" PRId64 ",%.4f,%.4f,%.9g,%.4f,%.4f,%.4f,", r.worker, r.step, r.tMs,
-                     r.stepMs, r.loss, r.waitMs, r.delayMs, r.recomputeMs);
-        if (r.staleness >= 0)
-            std::fprintf(o, "%.0f", r.staleness);
-        std::fprintf(o, ",%.0f\n", r.activationBytes);
-    }
-    closeChecked(f, path);
-}
-
-void writeRunDirectory(const std::string &dir, const RunArtifacts &run)
-{
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec)
-        throw std::runtime_error(dir + ": cannot create the run directory (" + ec.message() + ")");
-    const std::filesystem::path d(dir);
-    writeText((d / "config.json").string(), run.config.toJson().dump(2) + "\n");
-    writeTraceJson((d / "trace.json").string(), run.config, run.records);
-    writeMetricsCsv((d / "metrics.csv").string(), run.metrics.rows);
-    writeText((d / "summary.json").string(), run.metrics.summary.dump(2) + "\n");
-    writeSafetensors((d / "params-init.safetensors").string(), run.config.layers,
-                     run.initialParams);
-    if (!run.finalParams.empty())
-        writeSafetensors((d / "params-final.safetensors").string(), run.config.layers,
-                         run.finalParams);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        throw StoreError(path + ": cannot replace (" + std::strerror(errno) + ")");
 }
 
 } // namespace syncopate

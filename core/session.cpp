@@ -86,23 +86,4 @@ PreparedRun prepareRun(const nlohmann::json &input)
     return run;
 }
 
-RunArtifacts collectRun(const Engine &engine)
-{
-    RunArtifacts a;
-    a.config = engine.config();
-    a.records = engine.events().all();
-    RunOutcome outcome;
-    outcome.status = runStateName(engine.state());
-    outcome.error = engine.error();
-    outcome.wallNs = engine.elapsedNs();
-    outcome.stepsCompleted = engine.progress();
-    outcome.eval = engine.evalHistory();
-    outcome.reduceAlgorithm = engine.reduceAlgorithm();
-    outcome.devices = engine.deviceNames();
-    a.metrics = computeMetrics(a.config, a.records, outcome);
-    a.initialParams = engine.initialParams();
-    a.finalParams = engine.finalParams();
-    return a;
-}
-
 } // namespace syncopate

@@ -4,7 +4,7 @@
 #include "config.h"
 #include "data.h"
 #include "engine.h"
-#include "rundir.h"
+#include "runstore.h"
 
 #include <memory>
 #include <string>
@@ -34,8 +34,5 @@ struct PreparedRun {
 
 // Validates and loads the data. Throws ConfigError or DataError; nothing is written.
 PreparedRun prepareRun(const nlohmann::json &input);
-
-// Everything of a run that has ended (or been stopped) for writing or showing.
-RunArtifacts collectRun(const Engine &engine);
 
 } // namespace syncopate

@@ -105,6 +105,7 @@ void EventStore::reset(int workers)
     std::lock_guard lock(m_mutex);
     m_workers = workers;
     m_records.clear();
+    m_base = 0;
 }
 
 int EventStore::workers() const
@@ -116,21 +117,33 @@ int EventStore::workers() const
 void EventStore::append(const std::vector<Record> &records)
 {
     std::lock_guard lock(m_mutex);
+    if (m_keep == Keep::Nothing) {
+        m_base += records.size();
+        return;
+    }
     m_records.insert(m_records.end(), records.begin(), records.end());
 }
 
 std::size_t EventStore::size() const
 {
     std::lock_guard lock(m_mutex);
-    return m_records.size();
+    return m_base + m_records.size();
 }
 
 std::size_t EventStore::copySince(std::size_t from, std::vector<Record> &out) const
 {
     std::lock_guard lock(m_mutex);
-    if (from < m_records.size())
-        out.insert(out.end(), m_records.begin() + std::ptrdiff_t(from), m_records.end());
-    return m_records.size();
+    const std::size_t end = m_base + m_records.size();
+    if (from < end) {
+        const std::size_t skip = from > m_base ? from - m_base : 0;
+        out.insert(out.end(), m_records.begin() + std::ptrdiff_t(skip), m_records.end());
+    }
+    if (m_keep == Keep::Unread) {
+        // The one consumer has these now; the store keeps only what it has not taken.
+        m_base = end;
+        m_records.clear();
+    }
+    return end;
 }
 
 std::vector<Record> EventStore::all() const

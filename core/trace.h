@@ -64,6 +64,9 @@ struct Record {
 };
 static_assert(sizeof(Record) == 32, "a record is 32 bytes: keep rings and the store compact");
 
+// The latest time any record may carry (2^52 ns, 52 days): readers reject later ones as damaged.
+constexpr std::int64_t kMaxRunNs = std::int64_t(1) << 52;
+
 // Nanoseconds per time-stamp-counter tick, calibrated once per process against the steady
 // clock; 0 where the counter is not invariant (then the steady clock is used).
 double tscNanosecondsPerTick();
@@ -214,7 +217,10 @@ private:
 // collector appends while readers take copies of what they have not seen yet.
 class EventStore {
 public:
+    // Unread: records are dropped once copied (one consumer), so a long run stays bounded.
+    enum class Keep { All, Unread, Nothing };
     explicit EventStore(int workers = 0) { reset(workers); }
+    void setRetention(Keep k) { m_keep = k; }
 
     void reset(int workers);
     int workers() const;
@@ -227,7 +233,9 @@ public:
 private:
     mutable std::mutex m_mutex;
     int m_workers = 0;
-    std::vector<Record> m_records;
+    Keep m_keep = Keep::All;
+    mutable std::size_t m_base = 0; // arrival index of m_records[0]
+    mutable std::vector<Record> m_records;
 };
 
 } // namespace syncopate

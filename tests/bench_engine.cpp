@@ -158,7 +158,7 @@ void modes()
             Engine e(p.config, p.train, p.eval);
             e.start();
             e.wait();
-            const auto s = collectRun(e).metrics.summary;
+            const auto s = e.summary();
             const std::string label = std::string(mode) + ", straggler " + straggler;
             std::printf("  %-30s %10.0f %7.1f%% %10.2f %10lld %12.0f %9.1f%%\n", label.c_str(),
                         s["samples_per_s"].get<double>(), 100 * s["stall_fraction"].get<double>(),

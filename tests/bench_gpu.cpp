@@ -125,7 +125,7 @@ void modes(int gpus)
             Engine e(p.config, p.train, p.eval);
             e.start();
             e.wait();
-            const auto s = collectRun(e).metrics.summary;
+            const auto s = e.summary();
             if (s.contains("error"))
                 std::printf("  %s: %s\n", mode, s["error"].get<std::string>().c_str());
             const std::string label = std::string(mode) + ", straggler " + straggler;
@@ -147,7 +147,7 @@ void modes(int gpus)
         Engine e(p.config, p.train, p.eval);
         e.start();
         e.wait();
-        const auto s = collectRun(e).metrics.summary;
+        const auto s = e.summary();
         std::printf("  sync, one worker per GPU (%d): %s, algbw %.1f GB/s, busbw %.1f GB/s\n", gpus,
                     s["reduce"]["algorithm"].get<std::string>().c_str(),
                     s["reduce"]["algbw_gb_s"].get<double>(), s["reduce"]["busbw_gb_s"].get<double>());

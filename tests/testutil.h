@@ -21,10 +21,16 @@ constexpr bool underSanitizer()
 inline PreparedRun prepare(const nlohmann::json &config) { return prepareRun(config); }
 
 // Runs to the end (or fails the test after timeoutMs).
-inline std::unique_ptr<Engine> runToEnd(const nlohmann::json &config, int timeoutMs = 60000)
+// With outputDir, the run is streamed there (and events() keeps every record too).
+inline std::unique_ptr<Engine> runToEnd(const nlohmann::json &config, int timeoutMs = 60000,
+                                        const std::string &outputDir = {})
 {
     PreparedRun p = prepareRun(config);
     auto e = std::make_unique<Engine>(p.config, p.train, p.eval);
+    if (!outputDir.empty()) {
+        e->setOutputDirectory(outputDir);
+        e->setRetention(Engine::Retention::All);
+    }
     e->start();
     if (!e->waitFor(std::chrono::milliseconds(timeoutMs)))
         qFatal("run did not finish in %d ms", timeoutMs);

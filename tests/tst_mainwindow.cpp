@@ -169,9 +169,9 @@ void TestMainWindow::runsAPresetToTheEnd()
     // Every worker has a wait figure for every step; how they compare depends on the machine's
     // load, which tst_sync's causality check and bench_engine cover.
     for (int worker = 0; worker < 4; ++worker) {
-        QCOMPARE(int(run->waitMs(worker).size()), 30);
-        for (double v : run->waitMs(worker))
-            QVERIFY(v >= 0);
+        QCOMPARE(int(run->steps(worker).size()), 30);
+        for (const StepPoint &v : run->steps(worker))
+            QVERIFY(v.waitMs >= 0);
     }
     // With data the placeholders are gone, except where sync has nothing to show.
     QVERIFY(placeholderText(w.timeline()).isEmpty());
@@ -283,7 +283,7 @@ void TestMainWindow::openRunShowsItAgain()
     QCOMPARE(opened->spanCount(), original->spanCount());
     QCOMPARE(opened->workers(), original->workers());
     QCOMPARE(opened->counter(CounterId::Loss, 2).size(), original->counter(CounterId::Loss, 2).size());
-    QCOMPARE(opened->waitMs(1).size(), original->waitMs(1).size());
+    QCOMPARE(opened->steps(1).size(), original->steps(1).size());
     QVERIFY(!w.openRun(m_dir.filePath(QStringLiteral("nothing-here"))));
     QVERIFY(w.bannerText().contains(QStringLiteral("not a directory")));
 }

@@ -1,7 +1,10 @@
-// The run directory: every file exists and parses, the trace holds every phase of every worker
-// and step, metrics.csv a row per worker per step, and the safetensors hold the parameters in
-// nn.Linear's layout.
+// The run directory, streamed as the run goes: every file exists and parses, the row files and
+// the trace.json export hold every phase of every worker and step (and the same records as the
+// engine collected), metrics.csv a row per worker per step, and the safetensors hold the
+// parameters in nn.Linear's layout.
 #include "model.h"
+#include "runstore.h"
+#include "safetensors.h"
 #include "testutil.h"
 
 #include <QFile>
@@ -24,15 +27,32 @@ private Q_SLOTS:
 void TestRunDir::writesEveryFile()
 {
     const int workers = 3, steps = 12;
-    auto e = runToEnd(json{{"workers", workers},
-                           {"model", {{"layers", {10, 16, 5}}}},
-                           {"data", {{"source", "blobs"}, {"samples", 128}}},
-                           {"train", {{"steps", steps}, {"batch", 4}}},
-                           {"eval", {{"samples", 100}}}});
     QTemporaryDir dir;
     const std::string d = dir.path().toStdString() + "/run";
-    const RunArtifacts run = collectRun(*e);
-    writeRunDirectory(d, run);
+    const auto e = runToEnd(json{{"workers", workers},
+                                 {"model", {{"layers", {10, 16, 5}}}},
+                                 {"data", {{"source", "blobs"}, {"samples", 128}}},
+                                 {"train", {{"steps", steps}, {"batch", 4}}},
+                                 {"eval", {{"samples", 100}}}},
+                            60000, d);
+    QCOMPARE(e->state(), RunState::Finished);
+
+    // The row files hold exactly what the engine collected, and the index agrees.
+    const OpenedRun opened = openRunDirectory(d);
+    QVERIFY(!opened.interrupted);
+    QCOMPARE(opened.tornBytes, std::uint64_t(0));
+    const auto collected = e->events().all();
+    std::vector<Record> stored;
+    opened.trace->forEachRecord([&](const Record &r) { stored.push_back(r); });
+    QCOMPARE(stored.size(), collected.size());
+    auto key = [](const Record &r) { return std::make_tuple(r.worker, r.start, r.end, r.step, r.code, int(r.kind), r.value); };
+    std::multiset<decltype(key(stored[0]))> a, b;
+    for (const auto &r : stored)
+        a.insert(key(r));
+    for (const auto &r : collected)
+        b.insert(key(r));
+    QVERIFY(a == b);
+    QCOMPARE(opened.trace->recordCount(), std::uint64_t(collected.size()));
 
     // config.json: resolved, and a valid config again
     const RunConfig again = parseConfig(readJsonFile(d + "/config.json"));
@@ -92,10 +112,11 @@ void TestRunDir::writesEveryFile()
     QCOMPARE(init.at("layers.1.bias").shape, (std::vector<std::int64_t>{5}));
     const ModelSpec spec{{10, 16, 5}, Activation::Relu, true, 0};
     const auto &w1 = final_.at("layers.1.weight").data;
-    QCOMPARE(w1.front(), run.finalParams[spec.weightOffset(1)]);
-    QCOMPARE(init.at("layers.0.weight").data[17], run.initialParams[17]);
-    QVERIFY(w1 != std::vector<float>(run.initialParams.begin() + std::ptrdiff_t(spec.weightOffset(1)),
-                                     run.initialParams.begin() + std::ptrdiff_t(spec.biasOffset(1))));
+    const auto finalParams = e->finalParams(), initialParams = e->initialParams();
+    QCOMPARE(w1.front(), finalParams[spec.weightOffset(1)]);
+    QCOMPARE(init.at("layers.0.weight").data[17], initialParams[17]);
+    QVERIFY(w1 != std::vector<float>(initialParams.begin() + std::ptrdiff_t(spec.weightOffset(1)),
+                                     initialParams.begin() + std::ptrdiff_t(spec.biasOffset(1))));
 }
 
 QTEST_APPLESS_MAIN(TestRunDir)

@@ -402,37 +402,37 @@ void ChartsWidget::fillStalls()
         p->yAxis2->setVisible(true);
         p->yAxis2->setLabel(tr("cumulative share lost (%)"));
     }
-    std::vector<double> waitSum, totalSum;
+    // A point stands for stepsPerPoint steps once a long run has been thinned (its mean).
     for (int w = 0; w < run.workers(); ++w) {
-        const auto &wait = run.waitMs(w);
-        QVector<double> x(int(wait.size())), y(int(wait.size()));
-        for (std::size_t s = 0; s < wait.size(); ++s) {
-            x[int(s)] = double(s);
-            y[int(s)] = wait[s];
+        const auto &steps = run.steps(w);
+        const double stride = run.stepsPerPoint(w);
+        QVector<double> x(int(steps.size())), y(int(steps.size()));
+        for (std::size_t s = 0; s < steps.size(); ++s) {
+            x[int(s)] = double(s) * stride;
+            y[int(s)] = steps[s].waitMs;
         }
         p->graph(w)->setData(x, y, true);
     }
-    // Cumulative share of worker time lost to waiting, per step, from step end times.
+    // Cumulative share of worker time lost to waiting, per step point, from step end times.
     QVector<double> sx, sy;
     double waited = 0, elapsed = 0;
     std::vector<double> lastEnd(std::size_t(run.workers()), 0.0);
-    std::size_t steps = 0;
+    std::size_t points = 0;
     for (int w = 0; w < run.workers(); ++w)
-        steps = std::max(steps, run.counter(CounterId::Loss, w).size());
-    for (std::size_t s = 0; s < steps; ++s) {
+        points = std::max(points, run.steps(w).size());
+    for (std::size_t s = 0; s < points; ++s) {
         bool any = false;
         for (int w = 0; w < run.workers(); ++w) {
-            const auto &loss = run.counter(CounterId::Loss, w);
-            const auto &wait = run.waitMs(w);
-            if (s >= loss.size() || s >= wait.size())
+            const auto &steps = run.steps(w);
+            if (s >= steps.size() || steps[s].endNs < 0)
                 continue;
             any = true;
-            waited += wait[s];
-            elapsed += loss[s].tNs / 1e6 - lastEnd[std::size_t(w)];
-            lastEnd[std::size_t(w)] = loss[s].tNs / 1e6;
+            waited += steps[s].waitMs * run.stepsPerPoint(w);
+            elapsed += steps[s].endNs / 1e6 - lastEnd[std::size_t(w)];
+            lastEnd[std::size_t(w)] = steps[s].endNs / 1e6;
         }
         if (any && elapsed > 0) {
-            sx.push_back(double(s));
+            sx.push_back(double(s) * run.stepsPerPoint(0));
             sy.push_back(std::min(100.0, 100.0 * waited / elapsed));
         }
     }

@@ -595,7 +595,7 @@ void MainWindow::exportDialog(const QString &name)
 void MainWindow::exportRunFile(const QString &file)
 {
     if (!m_shown || m_shown->directory().isEmpty()) {
-        showBanner(tr("The run shown has not been saved yet: export is possible once it has ended."));
+        showBanner(tr("The run shown has no run folder (it was not recorded to disk), so there is nothing to export."));
         return;
     }
     const QString source = QDir(m_shown->directory()).filePath(file);
@@ -603,6 +603,16 @@ void MainWindow::exportRunFile(const QString &file)
                                                       QDir(m_settings.exportFolder).filePath(file));
     if (path.isEmpty())
         return;
+    if (file == QLatin1String("trace.json") && (m_shown->state == RunState::Running || !QFile::exists(source))) {
+        // A live or interrupted run: written now from its row files, up to their last flush.
+        try {
+            exportTraceJson(path.toStdString(), m_shown->directory().toStdString());
+            m_settings.exportFolder = QFileInfo(path).absolutePath();
+        } catch (const std::exception &e) {
+            showBanner(QString::fromStdString(e.what()));
+        }
+        return;
+    }
     QFile::remove(path);
     if (!QFile::copy(source, path))
         showBanner(tr("Could not copy %1 to %2").arg(source, path));

@@ -59,7 +59,30 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     m_seen = 0;
     m_runsDirectory = runsDirectory;
     m_allPaused = false;
-    m_engine->start();
+    // The run is streamed into its directory from the first step, so nothing seen is lost
+    // when the app (or the machine) goes down.
+    QString dir;
+    if (!runsDirectory.isEmpty()) {
+        const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
+                             QLatin1Char('-') + QString::fromStdString(prepared.config.mode);
+        dir = QDir(runsDirectory).filePath(name);
+        for (int i = 2; QDir(dir).exists(); ++i)
+            dir = QDir(runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));
+        m_engine->setOutputDirectory(dir.toStdString());
+        m_engine->setRetention(Engine::Retention::Feed);
+    }
+    try {
+        m_engine->start();
+    } catch (const std::exception &e) {
+        m_engine.reset();
+        m_run.reset();
+        Q_EMIT runFailed(tr("Cannot start: %1. Choose another runs folder (File > Choose Runs Folder...).")
+                             .arg(QString::fromStdString(e.what())),
+                         {});
+        return false;
+    }
+    if (!dir.isEmpty())
+        m_run->setDirectory(dir);
     m_timer.start();
     Q_EMIT runStarted(m_run);
     return true;
@@ -119,24 +142,10 @@ void RunController::poll()
 void RunController::finish()
 {
     m_timer.stop();
-    const RunArtifacts artifacts = collectRun(*m_engine);
-    m_run->summary = artifacts.metrics.summary;
+    // The engine has written the directory (summary, index, trace.json) before it says it ended.
+    m_run->summary = m_engine->summary();
     m_run->state = m_engine->state();
     m_run->error = QString::fromStdString(m_engine->error());
-    // Write the run directory so that nothing seen is lost when the app closes.
-    if (!m_runsDirectory.isEmpty()) {
-        const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
-                             QLatin1Char('-') + QString::fromStdString(artifacts.config.mode);
-        QString dir = QDir(m_runsDirectory).filePath(name);
-        for (int i = 2; QDir(dir).exists(); ++i)
-            dir = QDir(m_runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));
-        try {
-            writeRunDirectory(dir.toStdString(), artifacts);
-            m_run->setDirectory(dir);
-        } catch (const std::exception &e) {
-            Q_EMIT runFailed(tr("The run could not be saved: %1").arg(QString::fromStdString(e.what())), {});
-        }
-    }
     if (m_run->state == RunState::Failed)
         Q_EMIT runFailed(m_run->error, {});
     Q_EMIT runFinished(m_run);
@@ -145,7 +154,7 @@ void RunController::finish()
 RunDataPtr RunController::openRun(const QString &dir, QString *error)
 {
     try {
-        auto run = RunData::fromArtifacts(readRunDirectory(dir.toStdString()), QDir(dir).dirName());
+        auto run = RunData::fromOpened(openRunDirectory(dir.toStdString()), QDir(dir).dirName());
         run->setDirectory(dir);
         return run;
     } catch (const std::exception &e) {

@@ -1,12 +1,13 @@
-// What the UI knows of one run: the records pulled so far, arranged for drawing (spans per
-// timeline row, sorted by time) and for charts (counters and waits per worker and step). Owned
-// and read by the GUI thread only; the engine is never touched from here.
+// What the UI knows of one run: a TraceModel (core/tracemodel.h: rows, spans by time range,
+// level-of-detail summaries, counters, per-step series) plus what only the UI needs (label,
+// directory, summary, state). Owned and read by the GUI thread only; the engine is never
+// touched from here, it hands records over through RunController.
 #pragma once
 
 #include "config.h"
 #include "engine.h"
-#include "rundir.h"
-#include "trace.h"
+#include "runstore.h"
+#include "tracemodel.h"
 
 #include <QString>
 
@@ -17,23 +18,16 @@
 
 namespace syncopate {
 
-struct CounterPoint {
-    double tNs;
-    std::uint32_t step;
-    double value;
-};
-
 struct TimelineRow {
     int worker = 0;
-    bool dataLane = false;   // prefetch lane under the worker's main row
-    std::vector<Record> spans; // sorted by start, non-overlapping
+    bool dataLane = false; // prefetch lane under the worker's main row
 };
 
 class RunData {
 public:
     RunData(RunConfig config, QString label);
-    // A run that has ended: its records, summary and state (from the summary's status).
-    static std::shared_ptr<RunData> fromArtifacts(const RunArtifacts &run, const QString &label);
+    // A run directory opened from disk (its spans stay there, read on demand).
+    static std::shared_ptr<RunData> fromOpened(const OpenedRun &run, const QString &label);
 
     const RunConfig &config() const { return m_config; }
     const QString &label() const { return m_label; }
@@ -41,45 +35,44 @@ public:
     // "run 1: sync mode, 4 workers" (and the device, when not the CPU): timeline and export title.
     QString title() const;
     QString directory() const { return m_directory; }
-    void setDirectory(const QString &dir) { m_directory = dir; }
+    // A live run's directory: spans that leave the model's recent window are read back from it.
+    void setDirectory(const QString &dir);
 
-    void append(const std::vector<Record> &records);
+    void append(const std::vector<Record> &records) { m_trace->append(records); }
 
+    const TraceModel &trace() const { return *m_trace; }
     const std::vector<TimelineRow> &rows() const { return m_rows; }
-    const std::vector<CounterPoint> &counter(CounterId c, int worker) const;
-    // Stall time (Record::isStall: barrier, SSP bound, server lock) per worker per step, in ms.
-    const std::vector<double> &waitMs(int worker) const { return m_wait[std::size_t(worker)]; }
-    std::int64_t startNs() const { return m_first; }
-    std::int64_t endNs() const { return m_last; }
-    std::size_t spanCount() const { return m_spans; }
+    const std::vector<CounterPoint> &counter(CounterId c, int worker) const { return m_trace->counter(c, worker); }
+    // Stall time (Record::isStall) per worker and step point, in ms per step; a point stands for
+    // stepsPerPoint(worker) steps once a long run has been thinned.
+    const std::vector<StepPoint> &steps(int worker) const { return m_trace->steps(worker); }
+    int stepsPerPoint(int worker) const { return m_trace->stepsPerPoint(worker); }
+    std::int64_t startNs() const { return 0; }
+    std::int64_t endNs() const { return m_trace->endNs(); }
+    std::uint64_t spanCount() const { return m_trace->spanCount(); }
     int workers() const { return m_config.workers; }
 
-    // Time per phase of each worker inside [t0, t1] (main row only), for range summaries.
-    std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1) const;
-    static constexpr double kThroughputWindowNs = 5e8;
-    // Samples per second over consecutive half-second windows: (window end, rate).
-    std::vector<std::pair<double, double>> throughput() const;
-    // Updates per staleness value, all workers together.
-    const std::vector<int> &stalenessHistogram() const { return m_staleness; }
+    std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1) const
+    {
+        return m_trace->phaseTimeIn(t0, t1);
+    }
+    std::vector<std::pair<double, double>> throughput() const { return m_trace->throughput(); }
+    const std::vector<std::uint64_t> &stalenessHistogram() const { return m_trace->stalenessHistogram(); }
 
     // Filled when the run has ended (or was loaded from disk).
     nlohmann::json summary;
     RunState state = RunState::Running;
+    bool interrupted = false; // opened from a directory whose run never ended
     QString error;
 
 private:
-    TimelineRow &rowFor(int worker, bool dataLane);
+    void listRows();
 
     RunConfig m_config;
     QString m_label;
     QString m_directory;
+    std::shared_ptr<TraceModel> m_trace;
     std::vector<TimelineRow> m_rows;
-    std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
-    std::vector<std::vector<double>> m_wait;
-    std::vector<int> m_batchesPerWindow; // loss samples per throughput window
-    std::vector<int> m_staleness;        // histogram
-    std::int64_t m_first = 0, m_last = 0;
-    std::size_t m_spans = 0;
 };
 
 using RunDataPtr = std::shared_ptr<RunData>;

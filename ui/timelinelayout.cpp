@@ -68,6 +68,47 @@ void layoutRow(const std::vector<Record> &spans, const TimeMapping &m, double mi
     }
 }
 
+void layoutSummary(const std::vector<LodBucket> &buckets, std::int64_t bucketNs, const TimeMapping &m,
+                   double minWidthPx, std::vector<TimelineMark> &out)
+{
+    const auto n = std::int64_t(buckets.size());
+    std::int64_t i = std::max<std::int64_t>(0, std::int64_t(m.startNs()) / bucketNs);
+    // A long span that starts before the view still shows: look back a little for it.
+    for (std::int64_t back = i - 1; back >= 0 && back >= i - 64; --back)
+        if (back < n && buckets[std::size_t(back)].count && double(buckets[std::size_t(back)].maxEnd) >= m.startNs()) {
+            i = back;
+            break;
+        }
+    const std::int64_t last = std::min<std::int64_t>(n - 1, std::int64_t(m.endNs()) / bucketNs);
+    std::array<double, std::size_t(Phase::Count)> weight{};
+    TimelineMark group;
+    auto emit = [&] {
+        if (group.count == 0)
+            return;
+        group.phase = Phase(std::max_element(weight.begin(), weight.end()) - weight.begin());
+        out.push_back(group);
+        group = {};
+        weight.fill(0);
+    };
+    for (; i <= last; ++i) {
+        const LodBucket &b = buckets[std::size_t(i)];
+        if (b.count == 0)
+            continue;
+        const double x0 = m.toPixel(double(i * bucketNs));
+        const double x1 = std::max(m.toPixel(double(b.maxEnd)), x0 + 1.0);
+        if (group.count && (x0 >= group.x0 + minWidthPx || x1 - x0 >= minWidthPx))
+            emit();
+        if (group.count == 0)
+            group.x0 = x0;
+        group.x1 = std::max(group.x1, x1);
+        group.count += b.count;
+        weight[b.dominant] += double(b.count) * (double(b.share) + 1);
+        if (x1 - x0 >= minWidthPx)
+            emit(); // wide enough to stand alone (a long span)
+    }
+    emit();
+}
+
 std::ptrdiff_t spanAt(const std::vector<Record> &spans, double t, double slackNs)
 {
     const std::size_t i = firstEndingAfter(spans, t - slackNs);

@@ -3,6 +3,7 @@
 // bounded by the number of pixel columns, not by the number of spans.
 #pragma once
 
+#include "lod.h"
 #include "timemapping.h"
 #include "trace.h"
 
@@ -20,6 +21,11 @@ struct TimelineMark {
 // spans: sorted by start and non-overlapping. Marks are appended to out.
 void layoutRow(const std::vector<Record> &spans, const TimeMapping &mapping, double minWidthPx,
                std::vector<TimelineMark> &out);
+
+// The same from one level of a row's summary (buckets of bucketNs): buckets closer than
+// minWidthPx fold into one mark whose phase is the one that covers most of them.
+void layoutSummary(const std::vector<LodBucket> &buckets, std::int64_t bucketNs, const TimeMapping &mapping,
+                   double minWidthPx, std::vector<TimelineMark> &out);
 
 // Index of the span under time t, or of the nearest within slackNs; -1 when none.
 std::ptrdiff_t spanAt(const std::vector<Record> &spans, double t, double slackNs);

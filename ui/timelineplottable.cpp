@@ -6,6 +6,8 @@ namespace syncopate {
 
 // A span narrower than this many pixels is folded with its neighbours.
 constexpr double kMinMarkWidthPx = 3.0;
+// Up to this many spans in view, a row is drawn from its raw spans; past it, from its summary.
+constexpr std::uint64_t kRawSpanBudget = 20000;
 
 TimelinePlottable::TimelinePlottable(QCPAxis *keyAxis, QCPAxis *valueAxis)
     : QCPAbstractPlottable(keyAxis, valueAxis)
@@ -65,7 +67,7 @@ void TimelinePlottable::draw(QCPPainter *painter)
         const double yBottom = mValueAxis->coordToPixel(c + h);
         const double top = std::min(yTop, yBottom), height = std::abs(yBottom - yTop);
         m_marks.clear();
-        layoutRow(rows[r].spans, mapping, kMinMarkWidthPx, m_marks);
+        layoutVisible(r, mapping);
         m_lastMarks += m_marks.size();
         for (const TimelineMark &mark : m_marks) {
             const double x0 = std::max(mark.x0, double(area.left()) - 2.0);
@@ -85,6 +87,26 @@ void TimelinePlottable::draw(QCPPainter *painter)
             }
         }
     }
+}
+
+void TimelinePlottable::layoutVisible(std::size_t r, const TimeMapping &mapping)
+{
+    const TraceModel &trace = m_run->trace();
+    const RowLod &lod = trace.lod(r);
+    const auto t0 = std::int64_t(mapping.startNs()), t1 = std::int64_t(std::ceil(mapping.endNs()));
+    const int level = lod.levelFor(mapping.nsPerPixel());
+    if (lod.countIn(level, t0, t1) <= kRawSpanBudget) {
+        try {
+            trace.spansIn(r, t0, t1, m_spans);
+            layoutRow(m_spans, mapping, kMinMarkWidthPx, m_marks);
+            m_lastDrawnFromSummary = false;
+            return;
+        } catch (const StoreError &) {
+            m_marks.clear(); // a damaged row file: its summary still draws
+        }
+    }
+    layoutSummary(lod.level(level), RowLod::bucketNs(level), mapping, kMinMarkWidthPx, m_marks);
+    m_lastDrawnFromSummary = true;
 }
 
 void TimelinePlottable::drawLegendIcon(QCPPainter *painter, const QRectF &rect) const

@@ -24,6 +24,8 @@ public:
     int rowAt(double value) const;
     void setLineScale(double scale) { m_lineScale = scale; }
     std::size_t lastMarkCount() const { return m_lastMarks; }
+    // Whether the last row drawn came from its level-of-detail summary rather than raw spans.
+    bool lastDrawnFromSummary() const { return m_lastDrawnFromSummary; }
 
     double selectTest(const QPointF &pos, bool onlySelectable, QVariant *details = nullptr) const override;
     QCPRange getKeyRange(bool &foundRange, QCP::SignDomain inSignDomain = QCP::sdBoth) const override;
@@ -35,7 +37,11 @@ protected:
     void drawLegendIcon(QCPPainter *painter, const QRectF &rect) const override;
 
 private:
+    void layoutVisible(std::size_t row, const TimeMapping &mapping);
+
     RunDataPtr m_run;
+    std::vector<Record> m_spans; // the visible spans of one row, reused
+    bool m_lastDrawnFromSummary = false;
     std::vector<TimelineMark> m_marks; // reused between frames
     std::size_t m_lastMarks = 0;
     double m_lineScale = 1.0;

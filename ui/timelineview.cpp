@@ -191,9 +191,20 @@ QString TimelineView::describeAt(const QPoint &pos) const
     const int row = m_plottable->rowAt(yAxis->pixelToCoord(pos.y()));
     if (row < 0)
         return {};
-    const auto &spans = m_run->rows()[std::size_t(row)].spans;
     const double t = xAxis->pixelToCoord(pos.x()) * 1e6;
     const double nsPerPx = xAxis->range().size() * 1e6 / std::max(1, axisRect()->width());
+    const auto &trace = m_run->trace();
+    const auto r = std::size_t(row);
+    // Only the spans around the cursor are fetched; where there are many, the summary counts.
+    const std::uint64_t near = trace.countIn(r, std::int64_t(t - 1.5 * nsPerPx), std::int64_t(t + 1.5 * nsPerPx));
+    if (near > 1000)
+        return tr("%1 spans too small to show here: zoom in (mouse wheel) to see them").arg(near);
+    std::vector<Record> spans;
+    try {
+        trace.spansIn(r, std::int64_t(t - 2 * nsPerPx), std::int64_t(t + 2 * nsPerPx), spans);
+    } catch (const StoreError &e) {
+        return QString::fromStdString(e.what()).toHtmlEscaped();
+    }
     const auto i = spanAt(spans, t, 2 * nsPerPx);
     if (i < 0)
         return {};
@@ -223,7 +234,12 @@ QString TimelineView::summarizeRange(double t0Ms, double t1Ms) const
 {
     if (!m_run || t1Ms <= t0Ms)
         return {};
-    const auto shares = m_run->phaseTimeIn(t0Ms * 1e6, t1Ms * 1e6);
+    std::vector<std::array<double, std::size_t(Phase::Count)>> shares;
+    try {
+        shares = m_run->phaseTimeIn(t0Ms * 1e6, t1Ms * 1e6);
+    } catch (const StoreError &e) {
+        return QString::fromStdString(e.what());
+    }
     const double total = (t1Ms - t0Ms) * 1e6;
     QString text = tr("%1 to %2 ms (%3 ms):").arg(t0Ms, 0, 'f', 1).arg(t1Ms, 0, 'f', 1).arg(t1Ms - t0Ms, 0, 'f', 1);
     for (std::size_t w = 0; w < shares.size(); ++w) {

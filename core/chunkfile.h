@@ -1,0 +1,120 @@
+// The run store's row files: one append-only file per timeline row (a worker's compute and
+// communication, its prefetch lane, later a rank), written while the run goes on.
+//
+// Layout: a 64-byte file header (magic, version, record size, the row's worker, kind and name),
+// then blocks. A block is a 48-byte header (magic, record count, raw and packed sizes, time
+// range, CRC-32 of the packed bytes) followed by its records, column by column, delta-coded and
+// zstd-compressed. A reader trusts nothing: a block whose header or bytes are cut short by a
+// kill or a power loss is dropped whole, so a torn record is never misread.
+#pragma once
+
+#include "trace.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+// What a row shows. Stored in the file header; readers reject values they do not know.
+enum class RowKind : std::uint8_t { Worker, DataLane, Counters, Count };
+
+struct RowDescriptor {
+    int worker = 0;
+    RowKind kind = RowKind::Worker;
+    std::string name; // "worker 3", "worker 3 data"; at most 39 bytes are stored
+};
+
+// A foreign, newer or damaged file; the message names the file, what is wrong and the offset.
+class StoreError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// The file of a row in a run directory: w3.syr, w3-data.syr.
+std::string rowFileName(const RowDescriptor &row);
+
+constexpr std::uint32_t kChunkVersion = 1;
+constexpr std::size_t kChunkFileHeaderBytes = 64;
+constexpr std::size_t kBlockHeaderBytes = 48;
+// Records per block: small enough that drawing a zoomed view decompresses little.
+constexpr std::size_t kBlockRecords = 4096;
+
+struct BlockInfo {
+    std::uint64_t offset = 0; // of the block header in the file
+    std::uint32_t count = 0;
+    std::uint32_t packedBytes = 0;
+    std::int64_t minStart = 0;
+    std::int64_t maxEnd = 0;
+};
+
+// Writes one row file. Not thread-safe: the run's collector thread is its only user.
+class ChunkWriter {
+public:
+    // Creates (truncates) path and writes the file header. Throws StoreError naming the file.
+    ChunkWriter(std::string path, const RowDescriptor &row);
+    ~ChunkWriter();
+    ChunkWriter(const ChunkWriter &) = delete;
+    ChunkWriter &operator=(const ChunkWriter &) = delete;
+
+    void append(const Record &r)
+    {
+        m_pending.push_back(r);
+        if (m_pending.size() >= kBlockRecords)
+            writeBlock();
+    }
+    // Writes what is pending as a block and hands it to the OS (a killed process loses
+    // nothing written so far). Throws StoreError when the disk is full or the file gone.
+    void flush();
+    std::uint64_t bytesWritten() const { return m_bytes; }
+    std::uint64_t recordsWritten() const { return m_records; }
+    const std::string &path() const { return m_path; }
+
+private:
+    void writeBlock();
+
+    std::string m_path;
+    std::FILE *m_file = nullptr;
+    std::vector<Record> m_pending;
+    std::vector<unsigned char> m_raw, m_packed; // reused between blocks
+    std::uint64_t m_bytes = 0, m_records = 0;
+};
+
+// Reads one row file. The constructor checks the header and indexes every complete block
+// (headers only, no decompression); refresh() picks up blocks written since, for a live run.
+class ChunkReader {
+public:
+    explicit ChunkReader(std::string path); // throws StoreError
+    const RowDescriptor &row() const { return m_row; }
+    const std::string &path() const { return m_path; }
+    const std::vector<BlockInfo> &blocks() const { return m_blocks; }
+    std::uint64_t records() const { return m_records; }
+    // Bytes after the last complete block (a torn block, dropped).
+    std::uint64_t tornBytes() const { return m_fileSize - m_validEnd; }
+    std::uint64_t fileSize() const { return m_fileSize; }
+    // Indexes blocks appended since; returns how many were new.
+    std::size_t refresh();
+    // Decodes block i (sorted by start) into out (replacing it). Throws StoreError when its
+    // bytes do not match their checksum or decode to records outside the block's stated range.
+    void readBlock(std::size_t i, std::vector<Record> &out) const;
+
+private:
+    void scanFrom(std::uint64_t offset);
+
+    std::string m_path;
+    RowDescriptor m_row;
+    std::vector<BlockInfo> m_blocks;
+    std::uint64_t m_records = 0;
+    std::uint64_t m_validEnd = kChunkFileHeaderBytes;
+    std::uint64_t m_fileSize = 0;
+};
+
+// Decodes a block's packed bytes (as stored after its header) into records; exposed for the
+// fuzz target. `where` names the file and offset in errors.
+void decodeBlock(const unsigned char *packed, std::size_t packedBytes, std::uint32_t count,
+                 std::uint32_t rawBytes, std::vector<Record> &out, const std::string &where);
+
+} // namespace syncopate

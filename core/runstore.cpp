@@ -1,0 +1,183 @@
+#include "runstore.h"
+
+#include "safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace syncopate {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string inDir(const std::string &dir, const char *name) { return (fs::path(dir) / name).string(); }
+
+} // namespace
+
+void writeFileAtomically(const std::string &path, const std::string &text)
+{
+    const std::string tmp = path + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        throw StoreError(tmp + ": cannot write (" + std::strerror(errno) + ")");
+    std::size_t done = 0;
+    while (done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            const int err = errno;
+            ::close(fd);
+            ::unlink(tmp.c_str());
+            throw StoreError(tmp + ": write failed (" + std::strerror(err) + ")");
+        }
+        done += std::size_t(n);
+    }
+    // fsync before rename: after a power loss the name points at the old or the new text.
+    if (::fsync(fd) != 0 || ::close(fd) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        throw StoreError(tmp + ": write failed (" + std::strerror(err) + ")");
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+        throw StoreError(path + ": cannot replace (" + std::strerror(errno) + ")");
+}
+
+void appendMetricsCsv(std::FILE *o, const std::vector<StepRow> &rows, bool header)
+{
+    if (header)
+        std::fputs("worker,step,t_ms,step_ms,loss,wait_ms,delay_ms,recompute_ms,staleness,"
+                   "activation_bytes\n",
+                   o);
+    for (const auto &r : rows) {
+        std::fprintf(o, "%d,%" PRId64 ",%.4f,%.4f,%.9g,%.4f,%.4f,%.4f,", r.worker, r.step, r.tMs,
+                     r.stepMs, r.loss, r.waitMs, r.delayMs, r.recomputeMs);
+        if (r.staleness >= 0)
+            std::fprintf(o, "%.0f", r.staleness);
+        std::fprintf(o, ",%.0f\n", r.activationBytes);
+    }
+}
+
+RunWriter::RunWriter(std::string dir, const RunConfig &config, const std::vector<float> &initialParams)
+    : m_dir(std::move(dir)), m_config(config),
+      m_metrics(std::make_unique<MetricsAccumulator>(config)),
+      m_model(config.workers, config.prefetch, config.batch)
+{
+    std::error_code ec;
+    fs::create_directories(m_dir, ec);
+    if (ec || !fs::is_directory(m_dir))
+        throw StoreError(m_dir + ": cannot create the run folder (" +
+                         (ec ? ec.message() : std::string("a file has that name")) + ")");
+    if (::access(m_dir.c_str(), W_OK) != 0)
+        throw StoreError(m_dir + ": the run folder is not writable (" + std::strerror(errno) + ")");
+    writeFileAtomically(inDir(m_dir, "config.json"), config.toJson().dump(2) + "\n");
+    for (int w = 0; w < config.workers; ++w) {
+        m_rows.push_back(std::make_unique<ChunkWriter>(
+            inDir(m_dir, rowFileName({w, RowKind::Worker, {}}).c_str()),
+            RowDescriptor{w, RowKind::Worker, "worker " + std::to_string(w)}));
+        if (config.prefetch)
+            m_rows.push_back(std::make_unique<ChunkWriter>(
+                inDir(m_dir, rowFileName({w, RowKind::DataLane, {}}).c_str()),
+                RowDescriptor{w, RowKind::DataLane, "worker " + std::to_string(w) + " data"}));
+        else
+            m_rows.push_back(nullptr);
+    }
+    const std::string csv = inDir(m_dir, "metrics.csv");
+    m_csv = std::fopen(csv.c_str(), "wb");
+    if (!m_csv)
+        throw StoreError(csv + ": cannot write (" + std::strerror(errno) + ")");
+    appendMetricsCsv(m_csv, {}, true);
+    try {
+        writeSafetensors(inDir(m_dir, "params-init.safetensors"), config.layers, initialParams);
+    } catch (const std::exception &e) {
+        throw StoreError(e.what());
+    }
+    RunOutcome starting;
+    starting.status = "running";
+    writeSummary(starting);
+}
+
+RunWriter::~RunWriter()
+{
+    if (m_csv)
+        std::fclose(m_csv);
+}
+
+ChunkWriter &RunWriter::rowWriter(const Record &r)
+{
+    const std::size_t i = std::size_t(r.worker) * 2 + (r.isSpan() && r.lane() == Lane::Data && m_config.prefetch ? 1 : 0);
+    return *m_rows[i];
+}
+
+void RunWriter::append(const Record *records, std::size_t n)
+{
+    for (std::size_t i = 0; i < n; ++i)
+        if (records[i].worker < m_config.workers)
+            rowWriter(records[i]).append(records[i]);
+    m_model.append(records, n);
+    m_metrics->add(records, n);
+}
+
+void RunWriter::flush()
+{
+    for (auto &row : m_rows)
+        if (row)
+            row->flush();
+    m_finished.clear();
+    m_metrics->takeFinishedRows(m_finished);
+    appendMetricsCsv(m_csv, m_finished, false);
+    if (std::fflush(m_csv) != 0 || std::ferror(m_csv))
+        throw StoreError(inDir(m_dir, "metrics.csv") + ": write failed (" + std::strerror(errno) + ")");
+}
+
+void RunWriter::writeSummary(const RunOutcome &outcome)
+{
+    m_summary = m_metrics->summary(outcome);
+    writeFileAtomically(inDir(m_dir, "summary.json"), m_summary.dump(2) + "\n");
+}
+
+void RunWriter::tick(std::int64_t nowNs, const std::function<RunOutcome()> &outcome)
+{
+    if (nowNs - m_lastFlush >= kFlushNs) {
+        m_lastFlush = nowNs;
+        flush();
+    }
+    if (nowNs - m_lastSummary >= kSummaryNs) {
+        m_lastSummary = nowNs;
+        RunOutcome o = outcome();
+        o.status = "running";
+        writeSummary(o);
+    }
+}
+
+void RunWriter::finish(const RunOutcome &outcome, const std::vector<float> &finalParams)
+{
+    flush();
+    m_finished.clear();
+    m_metrics->finish(m_finished);
+    appendMetricsCsv(m_csv, m_finished, false);
+    const bool csvOk = std::fflush(m_csv) == 0 && !std::ferror(m_csv);
+    std::fclose(m_csv);
+    m_csv = nullptr;
+    if (!csvOk)
+        throw StoreError(inDir(m_dir, "metrics.csv") + ": write failed (disk full?)");
+    if (!finalParams.empty()) {
+        try {
+            writeSafetensors(inDir(m_dir, "params-final.safetensors"), m_config.layers, finalParams);
+        } catch (const std::exception &e) {
+            throw StoreError(e.what());
+        }
+    }
+    m_model.saveIndex(inDir(m_dir, "index.syi"));
+    writeSummary(outcome);
+    // An export, streamed from the row files just flushed; the store itself is complete already.
+    exportTraceJson(inDir(m_dir, "trace.json"), m_dir);
+}
+
+} // namespace syncopate

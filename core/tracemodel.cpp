@@ -1,0 +1,337 @@
+#include "tracemodel.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+namespace syncopate {
+namespace {
+
+std::size_t rowKey(int kind) { return std::size_t(kind); }
+
+bool startsBefore(const Record &a, const Record &b) { return a.start < b.start; }
+
+} // namespace
+
+TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch)
+    : m_workers(std::max(0, workers)), m_dataLanes(dataLanes), m_samplesPerBatch(samplesPerBatch)
+{
+    const auto w = std::size_t(m_workers);
+    m_counters.assign(std::size_t(CounterId::Count), std::vector<std::vector<CounterPoint>>(w));
+    m_counterStride.assign(std::size_t(CounterId::Count) * w, 1);
+    m_steps.assign(w, {});
+    for (int i = 0; i < m_workers; ++i) {
+        Row main;
+        main.desc = {i, RowKind::Worker, "worker " + std::to_string(i)};
+        main.recentFrom = std::numeric_limits<std::int64_t>::min();
+        m_rowIndex[{i, int(RowKind::Worker)}] = m_rows.size();
+        m_rows.push_back(std::move(main));
+        if (dataLanes) {
+            Row data;
+            data.desc = {i, RowKind::DataLane, "worker " + std::to_string(i) + " data"};
+            data.recentFrom = std::numeric_limits<std::int64_t>::min();
+            m_rowIndex[{i, int(RowKind::DataLane)}] = m_rows.size();
+            m_rows.push_back(std::move(data));
+        }
+    }
+}
+
+std::size_t TraceModel::rowFor(const Record &r)
+{
+    const int kind = int(r.lane() == Lane::Data && m_dataLanes ? RowKind::DataLane : RowKind::Worker);
+    const auto it = m_rowIndex.find({int(r.worker), int(rowKey(kind))});
+    return it == m_rowIndex.end() ? std::size_t(-1) : it->second;
+}
+
+void TraceModel::attachDirectory(const std::string &dir) { m_dir = dir; }
+
+const RowLod &TraceModel::lod(std::size_t r) const
+{
+    m_rows[r].lod.settle();
+    return m_rows[r].lod;
+}
+
+StepPoint &TraceModel::stepPoint(int worker, std::uint32_t step)
+{
+    StepSeries &s = m_steps[std::size_t(worker)];
+    while (std::size_t(step / std::uint32_t(s.stride)) >= kMaxStepPoints)
+        thin(s);
+    const std::size_t i = step / std::uint32_t(s.stride);
+    if (s.points.size() <= i)
+        s.points.resize(i + 1);
+    return s.points[i];
+}
+
+void TraceModel::thin(StepSeries &s)
+{
+    // Neighbours merge: the mean wait of the pair, the end of the later step.
+    const std::size_t n = s.points.size() / 2;
+    for (std::size_t i = 0; i < n; ++i) {
+        const StepPoint &a = s.points[2 * i], &b = s.points[2 * i + 1];
+        s.points[i] = {(a.waitMs + b.waitMs) / 2, std::max(a.endNs, b.endNs)};
+    }
+    if (s.points.size() % 2) {
+        StepPoint last = s.points.back();
+        last.waitMs /= 2; // half of the merged point's steps are still to come
+        s.points[n] = last;
+        s.points.resize(n + 1);
+    } else {
+        s.points.resize(n);
+    }
+    s.stride *= 2;
+}
+
+void TraceModel::addCounter(const Record &r)
+{
+    if (r.worker >= m_workers || r.counter() >= CounterId::Count || !std::isfinite(r.value))
+        return;
+    auto &series = m_counters[std::size_t(r.counter())][r.worker];
+    int &stride = m_counterStride[std::size_t(r.counter()) * std::size_t(m_workers) + r.worker];
+    series.push_back({double(r.start), r.step, r.value / stride});
+    if (stride > 1) {
+        // The newest point gathers `stride` samples before the next one starts.
+        const std::size_t n = series.size();
+        if (n >= 2 && series[n - 2].step / std::uint32_t(stride) == r.step / std::uint32_t(stride) &&
+            r.counter() != CounterId::Version) {
+            series[n - 2].value += series[n - 1].value;
+            series[n - 2].tNs = series[n - 1].tNs;
+            series[n - 2].step = r.step;
+            series.pop_back();
+        } else {
+            series.back().value = r.value / stride;
+        }
+    }
+    if (series.size() > kMaxCounterPoints) {
+        // Thinned by merging neighbours (the mean of two samples at the later one's time), so
+        // a long run's curves keep their shape in bounded memory.
+        const std::size_t n = series.size() / 2;
+        for (std::size_t i = 0; i < n; ++i) {
+            const CounterPoint &a = series[2 * i], &b = series[2 * i + 1];
+            series[i] = {b.tNs, b.step, (a.value + b.value) / 2};
+        }
+        series.resize(n);
+        stride *= 2;
+    }
+    if (r.counter() == CounterId::Loss) {
+        stepPoint(r.worker, r.step).endNs = double(r.start);
+        const auto window = std::size_t(std::clamp<double>(double(r.start) / kThroughputWindowNs, 0.0, 1e7));
+        if (m_batchesPerWindow.size() <= window)
+            m_batchesPerWindow.resize(window + 1, 0);
+        ++m_batchesPerWindow[window];
+    } else if (r.counter() == CounterId::Staleness) {
+        const double v = std::clamp(r.value, 0.0, double(kMaxStaleness - 1));
+        const auto s = std::size_t(v);
+        if (m_staleness.size() <= s)
+            m_staleness.resize(s + 1, 0);
+        ++m_staleness[s];
+    }
+}
+
+void TraceModel::ingestFromFile(const Record &r)
+{
+    ++m_records;
+    if (r.isSpan()) {
+        const std::size_t ri = rowFor(r);
+        if (ri == std::size_t(-1))
+            return;
+        ++m_spans;
+        m_rows[ri].lod.add(r);
+        m_last = std::max(m_last, r.end);
+        if (r.isStall() && r.worker < m_workers)
+            stepPoint(r.worker, r.step).waitMs += double(r.duration()) / 1e6 / m_steps[r.worker].stride;
+    } else {
+        addCounter(r);
+        m_last = std::max(m_last, r.start);
+    }
+}
+
+void TraceModel::append(const Record *records, std::size_t n)
+{
+    for (std::size_t i = 0; i < n; ++i) {
+        const Record &r = records[i];
+        if (r.start < 0 || r.end < r.start || r.end > kMaxRunNs)
+            continue; // outside any run's time: damaged, never indexed
+        ingestFromFile(r);
+        if (!r.isSpan())
+            continue;
+        const std::size_t ri = rowFor(r);
+        if (ri == std::size_t(-1))
+            continue;
+        Row &row = m_rows[ri];
+        if (!row.recent.empty() && r.start < row.recent.back().start)
+            row.sorted = false;
+        row.recent.push_back(r);
+        trim(row);
+    }
+}
+
+void TraceModel::sortRecent(Row &row) const
+{
+    if (!row.sorted) {
+        std::stable_sort(row.recent.begin(), row.recent.end(), startsBefore);
+        row.sorted = true;
+    }
+}
+
+void TraceModel::trim(Row &row)
+{
+    if (m_dir.empty() || row.recent.size() < 2 * kRecentSpans)
+        return;
+    sortRecent(row);
+    const std::size_t drop = row.recent.size() - kRecentSpans;
+    row.recentFrom = row.recent[drop].start;
+    row.recent.erase(row.recent.begin(), row.recent.begin() + std::ptrdiff_t(drop));
+}
+
+const std::vector<Record> &TraceModel::block(std::size_t r, std::size_t b) const
+{
+    const auto key = std::make_pair(r, b);
+    for (auto it = m_cache.begin(); it != m_cache.end(); ++it)
+        if (it->first == key) {
+            m_cache.splice(m_cache.end(), m_cache, it);
+            return m_cache.back().second;
+        }
+    std::vector<Record> decoded;
+    m_rows[r].file->readBlock(b, decoded);
+    m_cached += decoded.size();
+    m_cache.emplace_back(key, std::move(decoded));
+    while (m_cached > kCacheRecords && m_cache.size() > 1) {
+        m_cached -= m_cache.front().second.size();
+        m_cache.pop_front();
+    }
+    return m_cache.back().second;
+}
+
+void TraceModel::spansIn(std::size_t r, std::int64_t t0, std::int64_t t1, std::vector<Record> &out) const
+{
+    out.clear();
+    Row &row = m_rows[r];
+    if (t0 < row.recentFrom) {
+        if (!row.file && !m_dir.empty()) {
+            const auto path = std::filesystem::path(m_dir) / rowFileName(row.desc);
+            std::error_code ec;
+            if (std::filesystem::exists(path, ec))
+                row.file = std::make_unique<ChunkReader>(path.string());
+        } else if (row.file && !m_dir.empty()) {
+            row.file->refresh();
+        }
+        if (row.file) {
+            const auto &blocks = row.file->blocks();
+            for (std::size_t b = 0; b < blocks.size(); ++b) {
+                if (blocks[b].minStart > t1 || blocks[b].maxEnd < t0 || blocks[b].minStart >= row.recentFrom)
+                    continue;
+                for (const Record &rec : block(r, b))
+                    if (rec.isSpan() && rec.end >= t0 && rec.start <= t1 && rec.start < row.recentFrom)
+                        out.push_back(rec);
+            }
+        }
+    }
+    sortRecent(row);
+    auto it = std::lower_bound(row.recent.begin(), row.recent.end(), t0,
+                               [](const Record &a, std::int64_t t) { return a.end < t; });
+    for (; it != row.recent.end() && it->start <= t1; ++it)
+        if (it->end >= t0)
+            out.push_back(*it);
+    if (!std::is_sorted(out.begin(), out.end(), startsBefore))
+        std::stable_sort(out.begin(), out.end(), startsBefore);
+}
+
+void TraceModel::forEachRecord(const std::function<void(const Record &)> &f) const
+{
+    std::vector<Record> buf;
+    for (const Row &row : m_rows) {
+        if (row.file)
+            for (std::size_t b = 0; b < row.file->blocks().size(); ++b) {
+                row.file->readBlock(b, buf);
+                for (const Record &r : buf)
+                    f(r);
+            }
+        for (const Record &r : row.recent)
+            if (r.start >= row.recentFrom || !row.file)
+                f(r);
+    }
+}
+
+std::uint64_t TraceModel::countIn(std::size_t r, std::int64_t t0, std::int64_t t1) const
+{
+    return m_rows[r].lod.countIn(t0, t1);
+}
+
+const std::vector<CounterPoint> &TraceModel::counter(CounterId c, int worker) const
+{
+    return m_counters[std::size_t(c)][std::size_t(worker)];
+}
+
+std::vector<std::pair<double, double>> TraceModel::throughput() const
+{
+    std::vector<std::pair<double, double>> out;
+    out.reserve(m_batchesPerWindow.size());
+    for (std::size_t i = 0; i < m_batchesPerWindow.size(); ++i) {
+        // The newest window is still filling: its rate is over the time it has covered so far.
+        const double begin = double(i) * kThroughputWindowNs;
+        const double end = std::min(begin + kThroughputWindowNs, std::max(begin + 1e6, double(m_last)));
+        out.emplace_back(end, double(m_batchesPerWindow[i]) * m_samplesPerBatch / ((end - begin) / 1e9));
+    }
+    return out;
+}
+
+std::vector<std::array<double, std::size_t(Phase::Count)>> TraceModel::phaseTimeIn(double t0, double t1) const
+{
+    std::vector<std::array<double, std::size_t(Phase::Count)>> out(static_cast<std::size_t>(m_workers));
+    for (auto &a : out)
+        a.fill(0.0);
+    std::vector<Record> spans;
+    for (std::size_t r = 0; r < m_rows.size(); ++r) {
+        if (m_rows[r].desc.kind != RowKind::Worker || m_rows[r].desc.worker >= m_workers)
+            continue;
+        spansIn(r, std::int64_t(t0), std::int64_t(std::ceil(t1)), spans);
+        for (const Record &s : spans) {
+            const double a = std::max(t0, double(s.start)), b = std::min(t1, double(s.end));
+            if (b > a)
+                out[std::size_t(m_rows[r].desc.worker)][std::size_t(s.phase())] += b - a;
+        }
+    }
+    return out;
+}
+
+std::size_t TraceModel::memoryBytes() const
+{
+    std::size_t n = sizeof *this + m_cached * sizeof(Record);
+    for (const Row &row : m_rows)
+        n += row.lod.memoryBytes() + row.recent.capacity() * sizeof(Record) +
+             (row.file ? row.file->blocks().capacity() * sizeof(BlockInfo) : 0);
+    for (const auto &perCounter : m_counters)
+        for (const auto &s : perCounter)
+            n += s.capacity() * sizeof(CounterPoint);
+    for (const auto &s : m_steps)
+        n += s.points.capacity() * sizeof(StepPoint);
+    return n;
+}
+
+void TraceModel::adoptRowFiles(std::vector<std::unique_ptr<ChunkReader>> readers)
+{
+    for (auto &reader : readers) {
+        const RowDescriptor &d = reader->row();
+        const auto it = m_rowIndex.find({d.worker, int(d.kind)});
+        std::size_t r;
+        if (it == m_rowIndex.end()) {
+            Row row;
+            row.desc = d;
+            r = m_rows.size();
+            m_rowIndex[{d.worker, int(d.kind)}] = r;
+            m_rows.push_back(std::move(row));
+        } else {
+            r = it->second;
+        }
+        m_rows[r].desc.name = d.name.empty() ? m_rows[r].desc.name : d.name;
+        m_rows[r].file = std::move(reader);
+        m_rows[r].recentFrom = std::numeric_limits<std::int64_t>::max();
+    }
+}
+
+} // namespace syncopate
