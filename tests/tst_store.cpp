@@ -1,0 +1,328 @@
+// The run store's formats and reader: row files round-trip exactly, a file cut at any byte
+// opens with its complete blocks and never a misread record, foreign, newer and damaged files
+// are refused by name and offset; the TraceModel sorts out-of-order input in O(n log n), serves
+// spans from files and memory alike, and its index round-trips.
+#include "chunkfile.h"
+#include "runstore.h"
+#include "tracemodel.h"
+
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+using namespace syncopate;
+
+class TestStore : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void rowFileRoundTrips();
+    void tornFileDropsOnlyTheLastBlock();
+    void foreignAndNewerFilesAreRefused();
+    void damagedBlockIsNamed();
+    void reverseOrderIsSorted();
+    void spansComeFromFileAndMemory();
+    void summaryCountsAndLevels();
+    void indexRoundTrips();
+
+private:
+    static std::vector<Record> steps(int worker, int n, std::int64_t t0 = 0);
+    QTemporaryDir m_dir;
+};
+
+// n steps of forward/backward/wait spans and a loss counter each, back to back.
+std::vector<Record> TestStore::steps(int worker, int n, std::int64_t t0)
+{
+    std::vector<Record> out;
+    std::int64_t t = t0;
+    for (int s = 0; s < n; ++s) {
+        for (Phase p : {Phase::Forward, Phase::Backward, Phase::Wait}) {
+            const std::int64_t d = 1000 + (s * 7919 + int(p) * 104729) % 50000;
+            out.push_back(Record::span(worker, p, defaultLane(p), std::uint32_t(s), t, t + d, p == Phase::Wait ? s : 0));
+            t += d;
+        }
+        out.push_back(Record::counterSample(worker, CounterId::Loss, std::uint32_t(s), t, 1.0 / (s + 1)));
+    }
+    return out;
+}
+
+static bool same(const Record &a, const Record &b)
+{
+    return a.start == b.start && a.end == b.end && a.step == b.step && a.worker == b.worker &&
+           a.kind == b.kind && a.code == b.code && a.value == b.value;
+}
+
+void TestStore::rowFileRoundTrips()
+{
+    const std::string path = m_dir.filePath(QStringLiteral("roundtrip.syr")).toStdString();
+    const auto records = steps(3, 5000); // 20000 records: several blocks
+    {
+        ChunkWriter w(path, {3, RowKind::Worker, "worker 3"});
+        for (const Record &r : records)
+            w.append(r);
+        w.flush();
+        // Well under the 32 bytes a record takes in memory.
+        QVERIFY2(double(w.bytesWritten()) / double(records.size()) < 16.0,
+                 qPrintable(QString::number(double(w.bytesWritten()) / double(records.size()))));
+    }
+    ChunkReader r(path);
+    QCOMPARE(r.row().worker, 3);
+    QCOMPARE(r.row().kind, RowKind::Worker);
+    QCOMPARE(r.row().name, std::string("worker 3"));
+    QCOMPARE(r.records(), std::uint64_t(records.size()));
+    QCOMPARE(r.tornBytes(), std::uint64_t(0));
+    std::vector<Record> back, block;
+    for (std::size_t b = 0; b < r.blocks().size(); ++b) {
+        r.readBlock(b, block);
+        back.insert(back.end(), block.begin(), block.end());
+    }
+    QCOMPARE(back.size(), records.size());
+    // Blocks sort by start; these records were in start order already (a counter shares its
+    // time with the next span's start, and the sort is stable).
+    for (std::size_t i = 0; i < records.size(); ++i)
+        QVERIFY2(same(back[i], records[i]), qPrintable(QString::number(i)));
+}
+
+void TestStore::tornFileDropsOnlyTheLastBlock()
+{
+    const std::string path = m_dir.filePath(QStringLiteral("torn.syr")).toStdString();
+    const auto records = steps(0, 2500); // 10000 records: 3 blocks
+    std::vector<std::uint64_t> blockEnds;
+    {
+        ChunkWriter w(path, {0, RowKind::Worker, "worker 0"});
+        for (std::size_t i = 0; i < records.size(); ++i) {
+            w.append(records[i]);
+            if (i % 3000 == 2999) {
+                w.flush();
+                blockEnds.push_back(w.bytesWritten());
+            }
+        }
+        w.flush();
+        blockEnds.push_back(w.bytesWritten());
+    }
+    std::ifstream in(path, std::ios::binary);
+    const std::string whole((std::istreambuf_iterator<char>(in)), {});
+    const std::string cut = m_dir.filePath(QStringLiteral("cut.syr")).toStdString();
+    std::mt19937 rng(7);
+    // Every byte of the header region, and random bytes everywhere else.
+    std::vector<std::size_t> sizes;
+    for (std::size_t s = kChunkFileHeaderBytes; s < kChunkFileHeaderBytes + 2 * kBlockHeaderBytes; ++s)
+        sizes.push_back(s);
+    for (int i = 0; i < 200; ++i)
+        sizes.push_back(kChunkFileHeaderBytes + rng() % (whole.size() - kChunkFileHeaderBytes));
+    for (std::size_t size : sizes) {
+        std::ofstream(cut, std::ios::binary | std::ios::trunc).write(whole.data(), std::streamsize(size));
+        ChunkReader r(cut);
+        std::uint64_t complete = 0;
+        std::size_t blocks = 0;
+        for (std::size_t b = 0; b < blockEnds.size() && blockEnds[b] <= size; ++b)
+            ++blocks;
+        QCOMPARE(r.blocks().size(), blocks);
+        std::vector<Record> block;
+        std::size_t at = 0;
+        for (std::size_t b = 0; b < r.blocks().size(); ++b) {
+            r.readBlock(b, block);
+            for (const Record &rec : block)
+                QVERIFY(same(rec, records[at++]));
+            complete += block.size();
+        }
+        QCOMPARE(r.records(), complete);
+        QCOMPARE(r.tornBytes(), std::uint64_t(size - (blocks ? blockEnds[blocks - 1] : kChunkFileHeaderBytes)));
+    }
+}
+
+void TestStore::foreignAndNewerFilesAreRefused()
+{
+    const std::string path = m_dir.filePath(QStringLiteral("foreign.syr")).toStdString();
+    std::ofstream(path, std::ios::binary) << std::string(100, 'x');
+    try {
+        ChunkReader r(path);
+        QFAIL("a foreign file was read");
+    } catch (const StoreError &e) {
+        QVERIFY2(std::string(e.what()).find(path + ": not a Syncopate row file") == 0, e.what());
+    }
+    const std::string newer = m_dir.filePath(QStringLiteral("newer.syr")).toStdString();
+    {
+        ChunkWriter w(newer, {0, RowKind::Worker, "w"});
+    }
+    std::fstream f(newer, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(8);
+    const std::uint32_t version = kChunkVersion + 1;
+    f.write(reinterpret_cast<const char *>(&version), 4);
+    f.close();
+    try {
+        ChunkReader r(newer);
+        QFAIL("a newer file was read");
+    } catch (const StoreError &e) {
+        QVERIFY2(std::string(e.what()).find("version 2 at byte 8") != std::string::npos, e.what());
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << "SYN";
+    QVERIFY_THROWS_EXCEPTION(StoreError, ChunkReader{path});
+}
+
+void TestStore::damagedBlockIsNamed()
+{
+    const std::string path = m_dir.filePath(QStringLiteral("damaged.syr")).toStdString();
+    const auto records = steps(1, 3000);
+    {
+        ChunkWriter w(path, {1, RowKind::Worker, "worker 1"});
+        for (const Record &r : records)
+            w.append(r);
+        w.flush();
+    }
+    // A flipped byte inside the first block's data: its checksum no longer matches.
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekg(std::streamoff(kChunkFileHeaderBytes + kBlockHeaderBytes + 10));
+    char c;
+    f.read(&c, 1);
+    c = char(c ^ 0x5a);
+    f.seekp(std::streamoff(kChunkFileHeaderBytes + kBlockHeaderBytes + 10));
+    f.write(&c, 1);
+    f.close();
+    ChunkReader r(path);
+    std::vector<Record> out;
+    try {
+        r.readBlock(0, out);
+        QFAIL("a damaged block was read");
+    } catch (const StoreError &e) {
+        QVERIFY2(std::string(e.what()).find(path + " at byte 64: block checksum mismatch") == 0, e.what());
+    }
+    r.readBlock(1, out); // the others still read
+    QVERIFY(!out.empty());
+}
+
+void TestStore::reverseOrderIsSorted()
+{
+    // 80000 spans in reverse order (a trace written newest first) sort in O(n log n).
+    TraceModel m(1, false, 8);
+    auto records = steps(0, 20000);
+    std::vector<Record> spans;
+    for (const Record &r : records)
+        if (r.isSpan())
+            spans.push_back(r);
+    std::reverse(spans.begin(), spans.end());
+    m.append(spans);
+    QCOMPARE(m.spanCount(), std::uint64_t(spans.size()));
+    std::vector<Record> out;
+    m.spansIn(0, 0, m.endNs(), out);
+    QCOMPARE(out.size(), spans.size());
+    QVERIFY(std::is_sorted(out.begin(), out.end(), [](const Record &a, const Record &b) { return a.start < b.start; }));
+}
+
+void TestStore::spansComeFromFileAndMemory()
+{
+    // A live model keeps only its recent window in memory; older spans come from the row file
+    // the engine writes, and a query across the boundary sees each span exactly once.
+    const QString dir = m_dir.filePath(QStringLiteral("live"));
+    QDir().mkpath(dir);
+    const auto records = steps(0, 60000); // 180000 spans: past the recent window
+    {
+        ChunkWriter w(QString(dir + QStringLiteral("/w0.syr")).toStdString(), {0, RowKind::Worker, "worker 0"});
+        for (const Record &r : records)
+            w.append(r);
+        w.flush();
+    }
+    TraceModel m(1, false, 8);
+    m.attachDirectory(dir.toStdString());
+    m.append(records);
+    // Not everything is held: the summary, the (bounded) series and at most twice the recent
+    // window of raw spans.
+    QVERIFY(m.memoryBytes() < 2 * TraceModel::kRecentSpans * sizeof(Record) + m.lod(0).memoryBytes() +
+                                  TraceModel::kMaxCounterPoints * sizeof(CounterPoint) +
+                                  TraceModel::kMaxStepPoints * sizeof(StepPoint) + 65536);
+    std::vector<Record> all, out;
+    for (const Record &r : records)
+        if (r.isSpan())
+            all.push_back(r);
+    m.spansIn(0, 0, m.endNs(), out);
+    QCOMPARE(out.size(), all.size());
+    for (std::size_t i = 0; i < all.size(); i += 997)
+        QVERIFY(same(out[i], all[i]));
+    // A window around the boundary between file and memory.
+    const std::int64_t mid = all[all.size() - TraceModel::kRecentSpans - 10].start;
+    m.spansIn(0, mid - 100000, mid + 100000, out);
+    std::size_t expected = 0;
+    for (const Record &r : all)
+        expected += r.end >= mid - 100000 && r.start <= mid + 100000;
+    QCOMPARE(out.size(), expected);
+}
+
+void TestStore::summaryCountsAndLevels()
+{
+    TraceModel m(2, false, 8);
+    m.append(steps(0, 1000));
+    m.append(steps(1, 1000, 5000));
+    const RowLod &lod = m.lod(0);
+    QCOMPARE(lod.spans(), std::uint64_t(3000));
+    QCOMPARE(m.countIn(0, 0, m.endNs()), std::uint64_t(3000));
+    // Every kept level accounts for every span, and the dominant phase is a phase.
+    for (int l = lod.finestLevel(); l < RowLod::kLevels; ++l) {
+        std::uint64_t n = 0;
+        for (const LodBucket &b : lod.level(l)) {
+            n += b.count;
+            QVERIFY(b.dominant < std::uint8_t(Phase::Count));
+            if (b.count)
+                QVERIFY(b.phases & (1u << b.dominant));
+        }
+        QCOMPARE(n, std::uint64_t(3000));
+    }
+    // A bucket holding a single wait span says wait, all of it.
+    TraceModel one(1, false, 8);
+    one.append({Record::span(0, Phase::Wait, Lane::Comm, 0, 0, 1000000)});
+    const LodBucket &b = one.lod(0).level(0)[0];
+    QCOMPARE(b.dominant, std::uint8_t(Phase::Wait));
+    QCOMPARE(b.share, std::uint8_t(255));
+    QCOMPARE(b.maxEnd, std::int64_t(1000000));
+    // Spans outside any run's time are not indexed.
+    one.append({Record::span(0, Phase::Forward, Lane::Compute, 0, -5, 10),
+                Record::span(0, Phase::Forward, Lane::Compute, 0, 0, kMaxRunNs + 1)});
+    QCOMPARE(one.spanCount(), std::uint64_t(1));
+}
+
+void TestStore::indexRoundTrips()
+{
+    TraceModel m(2, true, 16);
+    m.append(steps(0, 3000));
+    m.append(steps(1, 3000, 777));
+    m.append({Record::counterSample(0, CounterId::Staleness, 3, 100, 4),
+              Record::span(1, Phase::Data, Lane::Data, 2, 50, 60)});
+    const std::string path = m_dir.filePath(QStringLiteral("index.syi")).toStdString();
+    m.saveIndex(path);
+    TraceModel back(2, true, 16);
+    QVERIFY(back.loadIndex(path));
+    QCOMPARE(back.spanCount(), m.spanCount());
+    QCOMPARE(back.recordCount(), m.recordCount());
+    QCOMPARE(back.endNs(), m.endNs());
+    QCOMPARE(back.rowCount(), m.rowCount());
+    for (std::size_t r = 0; r < m.rowCount(); ++r) {
+        QCOMPARE(back.lod(r).finestLevel(), m.lod(r).finestLevel());
+        const auto &a = m.lod(r).level(m.lod(r).finestLevel()), &b = back.lod(r).level(m.lod(r).finestLevel());
+        QCOMPARE(a.size(), b.size());
+        QVERIFY(std::equal(a.begin(), a.end(), b.begin(), [](const LodBucket &x, const LodBucket &y) {
+            return x.count == y.count && x.maxEnd == y.maxEnd && x.dominant == y.dominant && x.phases == y.phases;
+        }));
+    }
+    QCOMPARE(back.counter(CounterId::Loss, 1).size(), m.counter(CounterId::Loss, 1).size());
+    QCOMPARE(back.steps(0).size(), m.steps(0).size());
+    QCOMPARE(back.stalenessHistogram(), m.stalenessHistogram());
+    // A model of another shape refuses the index by its field.
+    TraceModel other(3, true, 16);
+    try {
+        other.loadIndex(path);
+        QFAIL("an index of 2 workers was loaded into a model of 3");
+    } catch (const StoreError &e) {
+        QVERIFY2(std::string(e.what()).find("2 workers where the config has 3") != std::string::npos, e.what());
+    }
+    // A damaged index is refused, never half-read.
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(40);
+    f.write("garbage!", 8);
+    f.close();
+    TraceModel damaged(2, true, 16);
+    QVERIFY_THROWS_EXCEPTION(StoreError, damaged.loadIndex(path));
+}
+
+QTEST_GUILESS_MAIN(TestStore)
+#include "tst_store.moc"
