@@ -203,6 +203,8 @@ void Engine::start()
     m_events.setRetention(m_retention == Retention::All    ? EventStore::Keep::All
                           : m_retention == Retention::Feed ? EventStore::Keep::Unread
                                                            : EventStore::Keep::Nothing);
+    for (auto &w : m_workers)
+        w->rec.setTracing(m_tracing);
     m_clock.restart(); // time 0 is the start, not the construction of the replicas
     m_state = RunState::Running;
     m_running = int(m_workers.size());

@@ -73,6 +73,9 @@ public:
     enum class Retention { All, Feed, None };
     void setRetention(Retention r) { m_retention = r; m_retentionSet = true; }
 
+    // Benchmarks only: no spans recorded, counters still (before start()).
+    void setTracing(bool on) { m_tracing = on; }
+
     void start();
     // Asks every worker to stop; returns at once. wait() returns promptly after it.
     void requestStop();
@@ -141,6 +144,7 @@ private:
     std::string m_outputDir;
     Retention m_retention = Retention::All;
     bool m_retentionSet = false;
+    bool m_tracing = true;
     std::unique_ptr<RunWriter> m_writer; // null once it failed
     nlohmann::json m_summary;            // guarded by m_doneMutex
     bool stopping() const { return m_stop.load(std::memory_order_relaxed); }

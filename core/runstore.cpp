@@ -69,6 +69,7 @@ RunWriter::RunWriter(std::string dir, const RunConfig &config, const std::vector
       m_metrics(std::make_unique<MetricsAccumulator>(config)),
       m_model(config.workers, config.prefetch, config.batch)
 {
+    m_model.setKeepRaw(false);
     std::error_code ec;
     fs::create_directories(m_dir, ec);
     if (ec || !fs::is_directory(m_dir))

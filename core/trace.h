@@ -148,9 +148,15 @@ public:
 
     std::int64_t now() const { return m_clock->now(); }
     int worker() const { return m_worker; }
+    // Off: spans are not recorded at all, counters still are (a benchmark's baseline for what
+    // tracing costs a run).
+    void setTracing(bool on) { m_tracing = on; }
+    bool tracing() const { return m_tracing; }
     void span(Phase p, std::uint32_t step, std::int64_t start, std::int64_t end, double value = 0,
               Lane lane = Lane::Count)
     {
+        if (!m_tracing)
+            return;
         m_ring->push(Record::span(m_worker, p, lane == Lane::Count ? defaultLane(p) : lane, step,
                                   start, end, value));
     }
@@ -180,6 +186,7 @@ private:
     const RunClock *m_clock;
     RecordRing *m_ring;
     DeviceTimer *m_timer = nullptr;
+    bool m_tracing = true;
 };
 
 // Records one phase from construction to destruction.
@@ -188,7 +195,7 @@ public:
     ScopedSpan(Recorder *rec, Phase p, std::uint32_t step)
         : m_rec(rec), m_phase(p), m_step(step),
           m_timer(rec && rec->timer() && Recorder::timedOnDevice(p) ? rec->timer() : nullptr),
-          m_start(rec && !m_timer ? rec->now() : 0)
+          m_start(rec && !m_timer && rec->tracing() ? rec->now() : 0)
     {
         if (m_timer)
             m_timer->begin();
@@ -197,7 +204,7 @@ public:
     {
         if (m_timer)
             m_timer->end(Recorder::deviceTag(m_phase, m_step), m_value);
-        else if (m_rec)
+        else if (m_rec && m_rec->tracing())
             m_rec->span(m_phase, m_step, m_start, m_rec->now(), m_value);
     }
     void setValue(double v) { m_value = v; }

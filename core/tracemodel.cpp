@@ -157,7 +157,7 @@ void TraceModel::append(const Record *records, std::size_t n)
         if (r.start < 0 || r.end < r.start || r.end > kMaxRunNs)
             continue; // outside any run's time: damaged, never indexed
         ingestFromFile(r);
-        if (!r.isSpan())
+        if (!r.isSpan() || !m_keepRaw)
             continue;
         const std::size_t ri = rowFor(r);
         if (ri == std::size_t(-1))

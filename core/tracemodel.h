@@ -52,6 +52,8 @@ public:
     // Where the rows' files are (a live run's directory): raw spans that leave the recent window
     // are read back from there. Without it the model keeps every span.
     void attachDirectory(const std::string &dir);
+    // Summaries only, no raw spans in memory at all (the run's writer, whose spans go to files).
+    void setKeepRaw(bool keep) { m_keepRaw = keep; }
 
     std::size_t rowCount() const { return m_rows.size(); }
     const RowDescriptor &row(std::size_t r) const { return m_rows[r].desc; }
@@ -119,6 +121,7 @@ private:
     bool m_dataLanes = false;
     int m_samplesPerBatch = 1;
     std::string m_dir;
+    bool m_keepRaw = true;
     mutable std::vector<Row> m_rows;
     std::map<std::pair<int, int>, std::size_t> m_rowIndex; // (worker, kind) -> row
     std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
