@@ -244,10 +244,18 @@ int commandInfo(const std::vector<std::string> &args)
     if (args.size() != 1)
         throw ConfigError("info takes one run folder", {});
     const std::string &dir = args[0];
-    const OpenedRun run = openRunDirectory(dir, [](double f) {
-        std::fprintf(stderr, "\rindexing the row files: %3d%%", int(f * 100));
+    const bool tty = isatty(STDERR_FILENO);
+    int shown = -1;
+    const OpenedRun run = openRunDirectory(dir, [&](double f) {
+        // Only a run without its index (interrupted) is read through, so this is rare.
+        if (tty && int(f * 100) != shown) {
+            shown = int(f * 100);
+            std::fprintf(stderr, "\rindexing the row files: %3d%%", shown);
+        }
         return true;
     });
+    if (shown >= 0)
+        std::fputc('\n', stderr);
     const auto &s = run.summary;
     const TraceModel &t = *run.trace;
     std::printf("run       %s\n", dir.c_str());
@@ -280,6 +288,8 @@ int commandInfo(const std::vector<std::string> &args)
                     (unsigned long long)run.tornBytes);
     if (s.contains("error"))
         std::printf("error     %s\n", s["error"].get<std::string>().c_str());
+    for (const auto &p : run.summaryProblems)
+        std::printf("warning   %s\n", p.c_str());
     return 0;
 }
 

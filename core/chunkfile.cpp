@@ -59,8 +59,11 @@ ChunkWriter::ChunkWriter(std::string path, const RowDescriptor &row) : m_path(st
     put<std::uint8_t>(p, std::uint8_t(row.kind));
     p += 3;
     std::memcpy(p, row.name.data(), std::min(row.name.size(), kNameBytes - 1));
-    if (std::fwrite(header, 1, sizeof header, m_file) != sizeof header || std::fflush(m_file) != 0)
-        throw StoreError(m_path + ": write failed (" + std::strerror(errno) + ")");
+    if (std::fwrite(header, 1, sizeof header, m_file) != sizeof header || std::fflush(m_file) != 0) {
+        const int err = errno;
+        std::fclose(m_file); // the destructor does not run for a constructor that throws
+        throw StoreError(m_path + ": write failed (" + std::strerror(err) + ")");
+    }
     m_bytes = sizeof header;
     m_pending.reserve(kBlockRecords);
     m_raw.resize(kBlockRecords * kRawRecordBytes);

@@ -163,6 +163,13 @@ bool checkValue(const ConfigKey &k, const nlohmann::json &v, Errors &errors)
         if (v.get_ref<const std::string &>().size() > kMaxStringLength)
             return fail("expected a string of at most " + std::to_string(kMaxStringLength) +
                         " characters");
+        // Parsed JSON is valid UTF-8, but a --set value is taken as it comes; the run's
+        // config.json could not be written with it (dump() throws).
+        try {
+            (void)v.dump();
+        } catch (const nlohmann::json::type_error &) {
+            return fail("expected UTF-8 text");
+        }
         return true;
     case KeyType::Enum: {
         if (!v.is_string())

@@ -100,12 +100,11 @@ void applyAssignment(nlohmann::json &flat, const std::string &assignment);
 // Nested objects to dotted keys: {"train":{"lr":1}} -> {"train.lr":1}.
 nlohmann::json flattenConfig(const nlohmann::json &input);
 
-// Limits on JSON that comes from files. nlohmann recurses on copy, dump and comparison (and
-// flattenConfig on sections), so nesting is bounded before any of that can overflow the stack;
-// configs, presets and traces nest a few levels. The size limit leaves room for long traces.
+// Limits on JSON that comes from files (configs, presets, summary.json). nlohmann recurses on
+// copy, dump and comparison (and flattenConfig on sections), so nesting is bounded before any
+// of that can overflow the stack; these files nest a few levels and hold a few kilobytes.
 constexpr int kMaxJsonDepth = 64;
-constexpr std::uint64_t kMaxJsonFileBytes = std::uint64_t(1) << 30;
-constexpr std::uint64_t kMaxConfigFileBytes = std::uint64_t(16) << 20; // configs and presets
+constexpr std::uint64_t kMaxJsonFileBytes = std::uint64_t(16) << 20;
 
 // Parses JSON text (comments allowed). source names the text in messages; firstByte is the
 // offset of text in its file. Throws ConfigError naming source and the byte offset for nesting

@@ -1,6 +1,7 @@
 #include "lod.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace syncopate {
 
@@ -8,17 +9,18 @@ void RowLod::close(Level &lv)
 {
     if (lv.open < 0 || std::size_t(lv.open) >= lv.buckets.size())
         return;
-    std::int64_t total = 0;
+    // In double: phase times of damaged input may be near 2^63 each.
+    double total = 0;
     std::size_t best = 0;
     for (std::size_t p = 0; p < lv.openNs.size(); ++p) {
-        total += lv.openNs[p];
+        total += double(std::max<std::int64_t>(0, lv.openNs[p]));
         if (lv.openNs[p] > lv.openNs[best])
             best = p;
     }
     LodBucket &b = lv.buckets[std::size_t(lv.open)];
     if (total > 0) {
         b.dominant = std::uint8_t(best);
-        b.share = std::uint8_t(std::min<std::int64_t>(255, lv.openNs[best] * 255 / total));
+        b.share = std::uint8_t(std::clamp(double(lv.openNs[best]) * 255.0 / total, 0.0, 255.0));
     }
     lv.openNs.fill(0);
     lv.open = -1;
@@ -62,7 +64,10 @@ void RowLod::add(const Record &r)
             close(lv);
             lv.open = i;
         }
-        lv.openNs[phase] += dur;
+        // Saturating: spans of damaged input may claim durations that sum past 2^63.
+        std::int64_t &ns = lv.openNs[phase];
+        if (__builtin_add_overflow(ns, dur, &ns))
+            ns = std::numeric_limits<std::int64_t>::max();
     }
 }
 

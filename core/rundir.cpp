@@ -1,6 +1,7 @@
 // Reading a run directory back, and the trace.json export streamed from its row files.
 #include "runstore.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 #include <filesystem>
@@ -24,6 +25,79 @@ std::vector<std::unique_ptr<ChunkReader>> openRowFiles(const std::string &dir, s
         files.push_back(p.filename().string());
     }
     return readers;
+}
+
+enum class Want { String, Number, Integer, Numbers, Strings, Object };
+
+bool hasType(const nlohmann::json &v, Want want)
+{
+    auto all = [&](auto pred) {
+        return v.is_array() && std::all_of(v.begin(), v.end(), pred);
+    };
+    switch (want) {
+    case Want::String: return v.is_string();
+    case Want::Number: return v.is_number() || v.is_null(); // null: not finite when written
+    case Want::Integer: return v.is_number_integer();
+    case Want::Numbers: return all([](const nlohmann::json &e) { return e.is_number(); });
+    case Want::Strings: return all([](const nlohmann::json &e) { return e.is_string(); });
+    case Want::Object: return v.is_object();
+    }
+    return false;
+}
+
+const char *wantName(Want want)
+{
+    switch (want) {
+    case Want::String: return "a string";
+    case Want::Number: return "a number";
+    case Want::Integer: return "an integer";
+    case Want::Numbers: return "an array of numbers";
+    case Want::Strings: return "an array of strings";
+    case Want::Object: return "an object";
+    }
+    return "?";
+}
+
+// summary.json comes from disk like any other file: a field of the wrong type is dropped (and
+// said), so that every reader can take the fields it finds at their type.
+void checkSummary(nlohmann::json &summary, const std::string &path, std::vector<std::string> &problems)
+{
+    struct Field {
+        const char *key;
+        Want want;
+    };
+    static const Field fields[] = {
+        {"status", Want::String},          {"error", Want::String},
+        {"mode", Want::String},            {"workers", Want::Integer},
+        {"steps", Want::Integer},          {"steps_completed", Want::Integer},
+        {"wall_s", Want::Number},          {"samples_per_s", Want::Number},
+        {"final_loss", Want::Number},      {"stall_fraction", Want::Number},
+        {"stall_ms_per_worker", Want::Numbers}, {"delay_ms_per_worker", Want::Numbers},
+        {"recompute_ms", Want::Number},    {"peak_activation_bytes", Want::Number},
+        {"staleness_mean", Want::Number},  {"staleness_max", Want::Integer},
+        {"staleness_histogram", Want::Numbers}, {"staleness_overflow", Want::Number},
+        {"devices", Want::Strings},        {"reduce", Want::Object},
+        {"final_eval_loss", Want::Number}, {"final_eval_accuracy", Want::Number},
+    };
+    auto drop = [&](nlohmann::json &obj, const std::string &name, const char *key, Want want) {
+        auto it = obj.find(key);
+        if (it == obj.end() || hasType(*it, want))
+            return;
+        problems.push_back(path + ": " + name + ": expected " + wantName(want) + ", dropped");
+        obj.erase(it);
+    };
+    for (const Field &f : fields)
+        drop(summary, f.key, f.key, f.want);
+    if (summary.contains("reduce")) {
+        auto &r = summary["reduce"];
+        drop(r, "reduce.algorithm", "algorithm", Want::String);
+        for (const char *k : {"bytes_per_worker", "time_ms_mean", "algbw_gb_s", "busbw_gb_s"})
+            drop(r, std::string("reduce.") + k, k, Want::Number);
+    }
+    // Read as plain numbers where a null would throw.
+    for (const char *k : {"final_eval_loss", "final_eval_accuracy"})
+        if (summary.contains(k) && summary[k].is_null())
+            summary.erase(k);
 }
 
 } // namespace
@@ -64,6 +138,7 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     }
     if (!run.summary.is_object())
         run.summary = nlohmann::json::object();
+    checkSummary(run.summary, summaryPath, run.summaryProblems);
     const std::string status = run.summary.value("status", "running");
     run.interrupted = status == "running" || !run.summary.contains("status");
     if (run.interrupted)

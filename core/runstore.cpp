@@ -90,10 +90,10 @@ RunWriter::RunWriter(std::string dir, const RunConfig &config, const std::vector
             m_rows.push_back(nullptr);
     }
     const std::string csv = inDir(m_dir, "metrics.csv");
-    m_csv = std::fopen(csv.c_str(), "wb");
+    m_csv.reset(std::fopen(csv.c_str(), "wb"));
     if (!m_csv)
         throw StoreError(csv + ": cannot write (" + std::strerror(errno) + ")");
-    appendMetricsCsv(m_csv, {}, true);
+    appendMetricsCsv(m_csv.get(), {}, true);
     try {
         writeSafetensors(inDir(m_dir, "params-init.safetensors"), config.layers, initialParams);
     } catch (const std::exception &e) {
@@ -104,11 +104,7 @@ RunWriter::RunWriter(std::string dir, const RunConfig &config, const std::vector
     writeSummary(starting);
 }
 
-RunWriter::~RunWriter()
-{
-    if (m_csv)
-        std::fclose(m_csv);
-}
+RunWriter::~RunWriter() = default;
 
 ChunkWriter &RunWriter::rowWriter(const Record &r)
 {
@@ -132,8 +128,8 @@ void RunWriter::flush()
             row->flush();
     m_finished.clear();
     m_metrics->takeFinishedRows(m_finished);
-    appendMetricsCsv(m_csv, m_finished, false);
-    if (std::fflush(m_csv) != 0 || std::ferror(m_csv))
+    appendMetricsCsv(m_csv.get(), m_finished, false);
+    if (std::fflush(m_csv.get()) != 0 || std::ferror(m_csv.get()))
         throw StoreError(inDir(m_dir, "metrics.csv") + ": write failed (" + std::strerror(errno) + ")");
 }
 
@@ -162,11 +158,10 @@ void RunWriter::finish(const RunOutcome &outcome, const std::vector<float> &fina
     flush();
     m_finished.clear();
     m_metrics->finish(m_finished);
-    appendMetricsCsv(m_csv, m_finished, false);
-    const bool csvOk = std::fflush(m_csv) == 0 && !std::ferror(m_csv);
-    std::fclose(m_csv);
-    m_csv = nullptr;
-    if (!csvOk)
+    appendMetricsCsv(m_csv.get(), m_finished, false);
+    const bool csvOk = std::fflush(m_csv.get()) == 0 && !std::ferror(m_csv.get());
+    const bool closed = std::fclose(m_csv.release()) == 0;
+    if (!csvOk || !closed)
         throw StoreError(inDir(m_dir, "metrics.csv") + ": write failed (disk full?)");
     if (!finalParams.empty()) {
         try {

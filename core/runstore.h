@@ -55,7 +55,11 @@ private:
     std::vector<std::unique_ptr<ChunkWriter>> m_rows; // [worker * 2 + data lane]
     std::unique_ptr<MetricsAccumulator> m_metrics;
     TraceModel m_model; // summaries for index.syi (raw spans are not kept: no directory attached)
-    std::FILE *m_csv = nullptr;
+    struct CloseFile {
+        void operator()(std::FILE *f) const { std::fclose(f); }
+    };
+    // Owned, so that a constructor that throws half-way (a full disk) leaves nothing open.
+    std::unique_ptr<std::FILE, CloseFile> m_csv;
     std::vector<StepRow> m_finished;
     std::int64_t m_lastFlush = 0, m_lastSummary = 0;
     nlohmann::json m_summary;
@@ -71,6 +75,9 @@ struct OpenedRun {
     nlohmann::json summary;  // as read; status "interrupted" when the run never ended
     bool interrupted = false;
     std::uint64_t tornBytes = 0; // dropped from the ends of row files
+    // Fields of summary.json of the wrong type, dropped: "summary.json: steps_completed: expected
+    // an integer". Readers of summary may rely on every field it still has being of its type.
+    std::vector<std::string> summaryProblems;
     std::vector<std::string> files;
     std::shared_ptr<TraceModel> trace;
 };

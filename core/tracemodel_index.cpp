@@ -58,7 +58,8 @@ public:
         if (n > limit || n > (m_b.size() - m_pos) / sizeof(T))
             fail(at, std::string(what) + " claims " + std::to_string(n) + " entries");
         std::vector<T> v(n);
-        std::memcpy(v.data(), m_b.data() + m_pos, n * sizeof(T));
+        if (n > 0)
+            std::memcpy(v.data(), m_b.data() + m_pos, n * sizeof(T));
         m_pos += n * sizeof(T);
         return v;
     }
@@ -228,6 +229,12 @@ bool TraceModel::loadIndex(const std::string &path)
             lv.open = in.get<std::int64_t>();
             lv.openNs = in.get<decltype(lv.openNs)>();
             lv.buckets = in.getVector<LodBucket>(RowLod::kMaxBuckets, "a summary level");
+            if (lv.open < -1 || lv.open >= std::int64_t(lv.buckets.size()))
+                in.fail(in.pos(), "a summary level's open bucket " + std::to_string(lv.open) + " is not one of its " +
+                                      std::to_string(lv.buckets.size()) + " buckets");
+            for (const std::int64_t ns : lv.openNs)
+                if (ns < 0 || ns > (kMaxRunNs << 10))
+                    in.fail(in.pos(), "a summary level's phase time " + std::to_string(ns) + " ns is out of range");
             for (const LodBucket &b : lv.buckets)
                 if (b.dominant >= std::uint8_t(Phase::Count))
                     in.fail(in.pos(), "a summary bucket names phase " + std::to_string(b.dominant));

@@ -3,6 +3,8 @@
 #include "gpubackend.h"
 #include "testutil.h"
 
+#include <thread>
+
 
 using namespace syncopate;
 using namespace syncopate::test;
@@ -46,6 +48,7 @@ void TestFaults::stopFromEveryBlockingState()
     QFETCH(QString, mode);
     QFETCH(QString, state);
     json c = sixteen(mode.toLatin1().constData());
+    c["train"]["steps"] = 100000000; // so that only the stop ends it, however fast the machine
     if (state == QLatin1String("ssp"))
         c["async"] = {{"max_staleness", 0}};
     if (state == QLatin1String("delay")) {
@@ -60,10 +63,17 @@ void TestFaults::stopFromEveryBlockingState()
     if (state == QLatin1String("script"))
         e.scriptServerOrder({1, 2, 3, -16}); // worker 15 never gets to pull, so never pushes
     e.start();
-    QTest::qWait(300);
+    // Waits for the state itself, never for a time: the workers have recorded spans (so a
+    // blocking state is reached or about to be: the paused or scripted worker keeps the others
+    // from going on), and a running run has done steps.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const bool running = state == QLatin1String("run");
+    while ((running ? e.progress() < 20 : e.events().size() < 16) && !e.finished() &&
+           std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     QCOMPARE(e.state(), RunState::Running);
-    // 100000 steps would take minutes; a stop that is honoured ends the run in milliseconds. The
-    // deadline only tells a hang from a stop, so it is generous for a loaded machine.
+    // A stop that is honoured ends the run in milliseconds. The deadline only tells a hang from
+    // a stop, so it is generous for a loaded machine.
     e.requestStop();
     QVERIFY2(e.waitFor(std::chrono::seconds(30)), "the run did not stop within 30 s of the request");
     QCOMPARE(e.state(), RunState::Stopped);

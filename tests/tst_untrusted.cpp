@@ -104,6 +104,7 @@ private Q_SLOTS:
     void configNumbers_data();
     void configNumbers();
     void longKeysAreQuick();
+    void assignmentsNeedUtf8();
     void idxHeaders_data();
     void idxHeaders();
     void gzipReadsOnlyWhatIsThere();
@@ -227,6 +228,15 @@ void TestUntrusted::longKeysAreQuick()
     QVERIFY2(t.elapsed() < 2000, qPrintable(QString::number(t.elapsed())));
     nlohmann::json flat = nlohmann::json::object();
     expectError<ConfigError>([&] { applyAssignment(flat, std::string(1 << 20, 'k')); }, "", "expected KEY=VALUE");
+}
+
+void TestUntrusted::assignmentsNeedUtf8()
+{
+    // Found with fuzz_config: --set data.images=<byte 0xff> passed validation, and writing the
+    // run's config.json then threw nlohmann's type_error 316 instead of a ConfigError.
+    nlohmann::json flat = nlohmann::json::object();
+    applyAssignment(flat, "data.images=\xff");
+    expectError<ConfigError>([&] { parseConfig(flat); }, "", "data.images = \"\xef\xbf\xbd\": expected UTF-8 text");
 }
 
 void TestUntrusted::idxHeaders_data()

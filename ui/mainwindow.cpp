@@ -67,7 +67,13 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     m_bannerText->setWordWrap(true);
     // Messages are escaped and use <br>; without this a message with no tag shows its entities.
     m_bannerText->setTextFormat(Qt::RichText);
-    m_bannerText->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_bannerText->setTextInteractionFlags(Qt::TextSelectableByMouse | Qt::LinksAccessibleByMouse);
+    connect(m_bannerText, &QLabel::linkActivated, this, [this](const QString &link) {
+        if (link == QLatin1String("save-elsewhere"))
+            saveRunElsewhere();
+        else if (link == QLatin1String("choose-runs-folder") && chooseRunsFolder())
+            hideBanner();
+    });
     auto *close = new QToolButton;
     close->setText(QStringLiteral("\u2715"));
     close->setToolTip(tr("Dismiss"));
@@ -233,11 +239,7 @@ void MainWindow::createActions()
     QAction *copy = file->addAction(tr("Cop&y Timeline Image"), this, &MainWindow::copyImage);
     copy->setShortcut(QKeySequence(tr("Ctrl+Shift+C")));
     file->addSeparator();
-    file->addAction(tr("Choose Runs &Folder..."), this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Folder for run directories"), m_settings.runsFolder);
-        if (!dir.isEmpty())
-            m_settings.runsFolder = dir;
-    });
+    file->addAction(tr("Choose Runs &Folder..."), this, &MainWindow::chooseRunsFolder);
     QAction *quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
 
@@ -432,8 +434,53 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
 
 void MainWindow::onRunFailed(const QString &message, const QStringList &fields)
 {
-    showBanner(message.toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>")));
+    QString html = message.toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br>"));
+    const RunDataPtr run = m_controller->run();
+    // A full or vanished disk: what was recorded is in the run folder still; offer a copy.
+    if (run && !run->directory().isEmpty() && message.contains(QLatin1String("could not be written")))
+        html += tr(" <a href=\"save-elsewhere\">Save a copy elsewhere...</a>");
+    // Refused at the start: the runs folder cannot be written (read-only, full, not a folder).
+    else if (!m_controller->isRunning() && message.contains(m_settings.runsFolder))
+        html += tr(" <a href=\"choose-runs-folder\">Choose another runs folder...</a>");
+    showBanner(html);
     m_form->markErrors(fields);
+}
+
+bool MainWindow::chooseRunsFolder()
+{
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Folder for run directories"), m_settings.runsFolder);
+    if (dir.isEmpty())
+        return false;
+    m_settings.runsFolder = dir;
+    statusBar()->showMessage(tr("Runs are written into %1").arg(dir), 5000);
+    return true;
+}
+
+bool MainWindow::saveRunElsewhere(const QString &target)
+{
+    const RunDataPtr run = m_controller->run();
+    if (!run || run->directory().isEmpty())
+        return false;
+    const QString dest = !target.isEmpty() ? target
+                                           : QFileDialog::getExistingDirectory(this, tr("Folder to copy the run into"),
+                                                                               QDir::homePath());
+    if (dest.isEmpty())
+        return false;
+    const QDir source(run->directory());
+    const QString into = QDir(dest).filePath(source.dirName());
+    if (!QDir().mkpath(into)) {
+        showBanner(tr("Could not create %1").arg(into.toHtmlEscaped()));
+        return false;
+    }
+    for (const QString &f : source.entryList(QDir::Files)) {
+        QFile::remove(QDir(into).filePath(f));
+        if (!QFile::copy(source.filePath(f), QDir(into).filePath(f))) {
+            showBanner(tr("Could not copy %1 into %2").arg(f.toHtmlEscaped(), into.toHtmlEscaped()));
+            return false;
+        }
+    }
+    showBanner(tr("The run was copied to %1").arg(into.toHtmlEscaped()), false);
+    return true;
 }
 
 QStringList MainWindow::runListTexts() const
@@ -449,7 +496,7 @@ QString MainWindow::runItemText(const RunData &run) const
     return tr("%1: %2, %3 workers (%4)")
         .arg(run.label(), QString::fromStdString(run.config().mode))
         .arg(run.workers())
-        .arg(QString::fromLatin1(runStateName(run.state)));
+        .arg(run.interrupted ? tr("interrupted") : QString::fromLatin1(runStateName(run.state)));
 }
 
 void MainWindow::addRunToList(const RunDataPtr &run)

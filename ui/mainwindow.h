@@ -41,6 +41,10 @@ public:
     void selectPreset(const QString &name);
     void loadConfigFile(const QString &path);
     bool startRun();
+    // Copies the current run's folder into target (asked for when empty); for a disk that filled.
+    bool saveRunElsewhere(const QString &target = {});
+    // Asks for the folder new runs are written into (offered when the current one is unwritable).
+    bool chooseRunsFolder();
     bool openRun(const QString &dir);
     void setPresentationMode(bool on);
     // Exports the timeline or a chart (by name: timeline, loss, stalls, ...) to path.
