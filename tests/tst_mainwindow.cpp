@@ -35,6 +35,8 @@ private Q_SLOTS:
     void badConfigGoesToTheBanner();
     void missingGpuMarksTheDeviceField();
     void openRunShowsItAgain();
+    void unwritableRunsFolderOffersAnother();
+    void runCanBeSavedElsewhere();
     void presentationModeScalesFonts();
 
 private:
@@ -286,6 +288,42 @@ void TestMainWindow::openRunShowsItAgain()
     QCOMPARE(opened->steps(1).size(), original->steps(1).size());
     QVERIFY(!w.openRun(m_dir.filePath(QStringLiteral("nothing-here"))));
     QVERIFY(w.bannerText().contains(QStringLiteral("not a directory")));
+}
+
+// A runs folder that cannot be written (here: under a regular file) refuses the start with a
+// message naming it, and the banner offers to choose another folder.
+void TestMainWindow::unwritableRunsFolderOffersAnother()
+{
+    MainWindow &w = *m_window;
+    const QString before = w.settings().runsFolder;
+    const QString file = m_dir.filePath(QStringLiteral("a-file"));
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.close();
+    w.settings().runsFolder = file + QStringLiteral("/runs");
+    const int runs = int(w.runs().size());
+    QVERIFY(!w.startRun());
+    w.settings().runsFolder = before;
+    QCOMPARE(int(w.runs().size()), runs);
+    QVERIFY2(w.bannerText().contains(file), qPrintable(w.bannerText()));
+    QVERIFY2(w.bannerText().contains(QStringLiteral("href=\"choose-runs-folder\"")), qPrintable(w.bannerText()));
+}
+
+// What the banner's "Save a copy elsewhere" does after a disk filled: the run's folder, copied.
+void TestMainWindow::runCanBeSavedElsewhere()
+{
+    MainWindow &w = *m_window;
+    QVERIFY(runWith(w, QStringLiteral("default"), 5));
+    const QString source = w.runs().back()->directory();
+    const QString target = m_dir.filePath(QStringLiteral("elsewhere"));
+    QVERIFY(QDir().mkpath(target));
+    QVERIFY(w.saveRunElsewhere(target));
+    const QString copy = QDir(target).filePath(QDir(source).dirName());
+    const QStringList files = QDir(source).entryList(QDir::Files);
+    QVERIFY(files.contains(QStringLiteral("w0.syr")));
+    QCOMPARE(QDir(copy).entryList(QDir::Files), files);
+    QVERIFY(w.openRun(copy));
+    QCOMPARE(w.runs().back()->spanCount(), w.runs()[w.runs().size() - 2]->spanCount());
 }
 
 void TestMainWindow::presentationModeScalesFonts()

@@ -3,6 +3,7 @@
 // are refused by name and offset; the TraceModel sorts out-of-order input in O(n log n), serves
 // spans from files and memory alike, and its index round-trips.
 #include "chunkfile.h"
+#include "config.h"
 #include "runstore.h"
 #include "tracemodel.h"
 
@@ -26,9 +27,13 @@ private Q_SLOTS:
     void spansComeFromFileAndMemory();
     void summaryCountsAndLevels();
     void indexRoundTrips();
+    void summaryFieldsOfTheWrongTypeAreDropped();
+    void hugeDurationsKeepTheSummaryDefined();
+
+public:
+    static std::vector<Record> steps(int worker, int n, std::int64_t t0 = 0);
 
 private:
-    static std::vector<Record> steps(int worker, int n, std::int64_t t0 = 0);
     QTemporaryDir m_dir;
 };
 
@@ -322,6 +327,67 @@ void TestStore::indexRoundTrips()
     f.close();
     TraceModel damaged(2, true, 16);
     QVERIFY_THROWS_EXCEPTION(StoreError, damaged.loadIndex(path));
+}
+
+// A run folder of two rows and the given summary.json.
+static std::string runFolder(const QString &base, const std::string &summary)
+{
+    const std::string dir = QDir(base).filePath(QStringLiteral("typed-run")).toStdString();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    RunConfig c = parseConfig(nlohmann::json{{"workers", 2}, {"data.prefetch", false}});
+    std::ofstream(dir + "/config.json") << c.toJson().dump();
+    for (int w = 0; w < 2; ++w) {
+        ChunkWriter writer(dir + "/" + rowFileName({w, RowKind::Worker, {}}), {w, RowKind::Worker, "worker"});
+        for (const Record &r : TestStore::steps(w, 10))
+            writer.append(r);
+        writer.flush();
+    }
+    std::ofstream(dir + "/summary.json") << summary;
+    return dir;
+}
+
+// Found with fuzz_store: summary.json is read by the CLI and the app at the types the engine
+// writes ("status" a string, "steps_completed" an integer...), so {"status": 5} threw
+// nlohmann's type_error out of `syncopate-cli info` instead of a message.
+void TestStore::summaryFieldsOfTheWrongTypeAreDropped()
+{
+    const std::string dir = runFolder(m_dir.path(), R"({"status": "finished", "steps_completed": "ten",
+        "final_eval_accuracy": null, "stall_ms_per_worker": [1, "a"], "devices": "cpu",
+        "reduce": {"algorithm": 3, "time_ms_mean": 0.5}, "wall_s": 2.5})");
+    const OpenedRun run = openRunDirectory(dir);
+    QCOMPARE(run.summary.value("status", ""), std::string("finished"));
+    QVERIFY(!run.interrupted);
+    QCOMPARE(run.summary.value("wall_s", 0.0), 2.5);
+    for (const char *gone : {"steps_completed", "final_eval_accuracy", "stall_ms_per_worker", "devices"})
+        QVERIFY2(!run.summary.contains(gone), gone);
+    QVERIFY(!run.summary["reduce"].contains("algorithm"));
+    QCOMPARE(run.summary["reduce"].value("time_ms_mean", 0.0), 0.5);
+    QCOMPARE(run.summaryProblems.size(), std::size_t(4)); // a null is not a problem, only dropped
+    QVERIFY2(run.summaryProblems[0].find("summary.json: steps_completed: expected an integer") != std::string::npos,
+             run.summaryProblems[0].c_str());
+
+    // A status that is not a string cannot say the run ended: interrupted.
+    const OpenedRun bad = openRunDirectory(runFolder(m_dir.path(), R"({"status": 5})"));
+    QVERIFY(bad.interrupted);
+    QCOMPARE(bad.summary.value("status", ""), std::string("interrupted"));
+}
+
+// Found with fuzz_store: a bucket's phase times summed past 2^63 (spans of a damaged file
+// claiming 2^52 ns each), and the dominant share overflowed. Summed saturating, shared in double.
+void TestStore::hugeDurationsKeepTheSummaryDefined()
+{
+    RowLod lod;
+    for (int i = 0; i < 5000; ++i) {
+        Record r = Record::span(0, i % 2 ? Phase::Forward : Phase::Wait, Lane::Compute, 0, i, kMaxRunNs, 0);
+        lod.add(r);
+    }
+    lod.settle();
+    QCOMPARE(lod.spans(), std::uint64_t(5000));
+    const auto &b = lod.level(lod.finestLevel()).front();
+    QCOMPARE(b.count, std::uint32_t(5000));
+    QVERIFY(b.dominant == std::uint8_t(Phase::Forward) || b.dominant == std::uint8_t(Phase::Wait));
+    QVERIFY(b.share >= 127); // two phases of equal time: about half each, saturated alike
 }
 
 QTEST_GUILESS_MAIN(TestStore)
