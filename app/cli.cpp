@@ -95,6 +95,16 @@ void printSummary(const RunConfig &config, const nlohmann::json &s, const std::s
     for (const auto &v : s["stall_ms_per_worker"])
         std::printf(" %.0f", v.get<double>());
     std::printf(" ms per worker\n");
+    if (s.contains("descheduled_fraction")) {
+        std::printf("cpu       %.1f%% of compute time the OS did not run the workers;",
+                    100.0 * num("descheduled_fraction"));
+        for (const auto &v : s["descheduled_ms_per_worker"])
+            std::printf(" %.0f", v.get<double>());
+        std::printf(" ms per worker\n");
+        if (s.contains("stall_descheduled_fraction"))
+            std::printf("          %.1f%% of the stalls were waits for a worker the OS was not running\n",
+                        100.0 * num("stall_descheduled_fraction"));
+    }
     if (config.async())
         std::printf("staleness mean %.2f, max %lld\n", num("staleness_mean"),
                     (long long)s.value("staleness_max", 0));

@@ -544,9 +544,15 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
                                m_config.shuffle, m_config.seed);
     {
         const std::int64_t t0 = w.rec.now();
+        if (w.rec.tracing())
+            w.rec.markCpu(t0);
         if (m_config.prefetch) {
             if (w.prefetchPending) {
                 w.prefetch.wait();
+                // Waiting for the prefetch is off the CPU too, but it is the data phase's
+                // own time: descheduling is measured from here.
+                if (w.rec.tracing())
+                    w.rec.markCpu(w.rec.now());
                 w.current ^= 1;
                 w.buffers[w.current].handoff.load(std::memory_order_acquire);
                 // Only the worker's own thread writes its ring, so the prefetch task leaves its
@@ -586,7 +592,9 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
                                   b.labels.size() * sizeof(std::int32_t));
             w.device->upload(w.devY.data(), b.y.data(), b.y.size());
         }
-        w.rec.span(Phase::Data, std::uint32_t(step), t0, w.rec.now());
+        const std::int64_t t1 = w.rec.now();
+        w.rec.span(Phase::Data, std::uint32_t(step), t0, t1,
+                   w.rec.tracing() ? double(w.rec.descheduledUntil(t0, t1)) : 0.0);
     }
     const BatchBuffers &b = w.buffers[w.current];
     const bool onDevice = w.devX.data() != nullptr;
@@ -619,34 +627,32 @@ void Engine::syncStep(WorkerState &w, std::int64_t step)
     computeStep(w, step);
     if (stopping())
         return;
+    // From here the phases follow each other without a gap: each starts where the last ended.
     enter(w, Phase::Reduce, step);
     std::int64_t t0 = w.rec.now();
     if (const std::size_t staged = m_exchange->prepare(w.index))
-        w.rec.span(Phase::Reduce, s32, t0, w.rec.now(), double(staged));
+        t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(staged));
     enter(w, Phase::Wait, step);
-    t0 = w.rec.now();
     const bool arrived = m_barrier->arriveAndWait();
-    w.rec.span(Phase::Wait, s32, t0, w.rec.now());
+    t0 = w.rec.spanToNow(Phase::Wait, s32, t0);
     if (!arrived)
         return;
 
     // Shared memory: each worker averages one slice, summing the replicas in worker order, so
     // the result is the same bit for bit whatever the timing. NCCL: one all-reduce per worker.
     enter(w, Phase::Reduce, step);
-    t0 = w.rec.now();
     const std::size_t moved = m_exchange->reduce(w.index);
-    w.rec.span(Phase::Reduce, s32, t0, w.rec.now(), double(moved));
+    t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(moved));
 
     enter(w, Phase::Wait, step);
-    t0 = w.rec.now();
     const bool reduced = m_barrier->arriveAndWait();
-    w.rec.span(Phase::Wait, s32, t0, w.rec.now());
+    t0 = w.rec.spanToNow(Phase::Wait, s32, t0);
     if (!reduced)
         return;
 
     enter(w, Phase::Apply, step);
     {
-        ScopedSpan apply(&w.rec, Phase::Apply, s32);
+        ScopedSpan apply(&w.rec, Phase::Apply, s32, t0);
         w.optimizer->step(w.model->params(), m_exchange->finish(w.index));
     }
 

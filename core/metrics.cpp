@@ -95,6 +95,7 @@ void MetricsAccumulator::add(const Record *records, std::size_t n)
                 if (row)
                     row->row.waitMs += ns / 1e6;
                 ws.waitNs += ns;
+                addStallPart(r.step, w, ns, 0);
             }
             break;
         case Phase::Delay:
@@ -112,6 +113,16 @@ void MetricsAccumulator::add(const Record *records, std::size_t n)
             break;
         default:
             break;
+        }
+        if (carriesDescheduled(r.phase())) {
+            // At most the span itself, whatever a damaged file says.
+            const double off = std::isfinite(r.value) ? std::clamp(r.value, 0.0, ns) : 0.0;
+            if (row)
+                row->row.descheduledMs += off / 1e6;
+            ws.descheduledNs += off;
+            ws.computeNs += ns;
+            if (off > 0)
+                addStallPart(r.step, w, 0, off);
         }
     }
 }
@@ -163,13 +174,56 @@ void MetricsAccumulator::advance(int worker, std::int64_t step)
         complete(worker, std::move(ws.open.front()));
         ws.open.erase(ws.open.begin());
     }
-    if (m_reducePending.empty())
+    if (m_reducePending.empty() && m_stallPending.empty())
         return;
     std::int64_t slowest = step;
     for (const WorkerState &o : m_state)
         slowest = std::min(slowest, o.spanStep);
     while (!m_reducePending.empty() && std::int64_t(m_reducePending.begin()->first) < slowest)
         finalizeOldestReduce();
+    while (!m_stallPending.empty() && std::int64_t(m_stallPending.begin()->first) < slowest)
+        finalizeOldestStall();
+}
+
+double MetricsAccumulator::explainedByDescheduling(const std::vector<StallPart> &parts)
+{
+    // The two longest descheduled times, so each worker's "longest among the others" is O(1).
+    double first = 0, second = 0;
+    std::size_t firstAt = parts.size();
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        if (parts[i].descheduledNs > first) {
+            second = first;
+            first = parts[i].descheduledNs;
+            firstAt = i;
+        } else if (parts[i].descheduledNs > second) {
+            second = parts[i].descheduledNs;
+        }
+    }
+    double explained = 0;
+    for (std::size_t i = 0; i < parts.size(); ++i)
+        explained += std::min(parts[i].waitNs, i == firstAt ? second : first);
+    return explained;
+}
+
+void MetricsAccumulator::addStallPart(std::uint32_t step, int worker, double waitNs, double descheduledNs)
+{
+    if (m_config.async() || m_workers < 2 || std::int64_t(step) < m_stallFloor)
+        return;
+    std::vector<StallPart> &parts = m_stallPending[step];
+    if (parts.empty())
+        parts.resize(std::size_t(m_workers));
+    parts[std::size_t(worker)].waitNs += waitNs;
+    parts[std::size_t(worker)].descheduledNs += descheduledNs;
+    if (m_stallPending.size() > kMaxPendingReduceSteps)
+        finalizeOldestStall();
+}
+
+void MetricsAccumulator::finalizeOldestStall()
+{
+    auto it = m_stallPending.begin();
+    m_stallDescheduledNs += explainedByDescheduling(it->second);
+    m_stallFloor = std::int64_t(it->first) + 1;
+    m_stallPending.erase(it);
 }
 
 void MetricsAccumulator::addReduce(std::uint32_t step, int worker, double ns)
@@ -270,7 +324,12 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
     double totalActive = 0, totalWait = 0;
     nlohmann::json stallPerWorker = nlohmann::json::array();
     nlohmann::json delayPerWorker = nlohmann::json::array();
+    nlohmann::json descheduledPerWorker = nlohmann::json::array();
+    double totalDescheduled = 0, totalCompute = 0;
     for (const WorkerState &ws : m_state) {
+        descheduledPerWorker.push_back(ws.descheduledNs / 1e6);
+        totalDescheduled += ws.descheduledNs;
+        totalCompute += ws.computeNs;
         totalActive += ws.lastEnd > ws.firstStart ? double(ws.lastEnd) - double(ws.firstStart) : 0.0;
         totalWait += ws.waitNs;
         stallPerWorker.push_back(ws.waitNs / 1e6);
@@ -303,6 +362,19 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
     j["stall_fraction"] = totalActive > 0 ? totalWait / totalActive : 0.0;
     j["stall_ms_per_worker"] = stallPerWorker;
     j["delay_ms_per_worker"] = delayPerWorker;
+    // Of the compute spans' time, the share the threads were not running (more workers than
+    // free cores, or other programs): time a barrier then waits for no fault of the mode.
+    j["descheduled_ms_per_worker"] = descheduledPerWorker;
+    j["descheduled_fraction"] = totalCompute > 0 ? totalDescheduled / totalCompute : 0.0;
+    if (!config.async()) {
+        // Of the barrier stalls, the share spent waiting for a worker the OS was not running
+        // (steps still open are counted as they stand).
+        double explained = m_stallDescheduledNs;
+        for (const auto &[step, parts] : m_stallPending) {
+            explained += explainedByDescheduling(parts);
+        }
+        j["stall_descheduled_fraction"] = totalWait > 0 ? std::min(1.0, explained / totalWait) : 0.0;
+    }
     j["recompute_ms"] = m_recomputeNs / 1e6;
     j["peak_activation_bytes"] = clampToInt64(m_peakActivation);
     if (m_stalenessCount > 0) {

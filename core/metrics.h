@@ -23,6 +23,7 @@ struct StepRow {
     double waitMs = 0;  // barrier, SSP and server-lock waits
     double delayMs = 0; // injected straggler delay
     double recomputeMs = 0;
+    double descheduledMs = 0; // of the compute spans, time the OS did not run the thread
     double staleness = -1; // async: staleness of this step's update; -1 = none
     double activationBytes = 0;
 };
@@ -91,6 +92,8 @@ private:
         std::int64_t lastEnd = 0;
         double waitNs = 0;
         double delayNs = 0;
+        double descheduledNs = 0;
+        double computeNs = 0; // spans that carry a descheduled time
     };
 
     OpenRow *rowFor(int worker, std::uint32_t step);
@@ -98,6 +101,8 @@ private:
     void advance(int worker, std::int64_t step);
     void addReduce(std::uint32_t step, int worker, double ns);
     void finalizeOldestReduce();
+    void addStallPart(std::uint32_t step, int worker, double waitNs, double descheduledNs);
+    void finalizeOldestStall();
     void addLoss(std::int64_t t, double loss);
     void addStaleness(double value);
 
@@ -117,6 +122,16 @@ private:
     std::map<std::uint32_t, std::vector<double>> m_reducePending;
     std::int64_t m_reduceFloor = 0; // steps below are folded into the totals
     double m_reduceNs = 0;
+    // Sync only: per step, each worker's barrier wait and descheduled compute time, until every
+    // worker has moved past it. A worker's wait is explained by descheduling up to the longest
+    // time another worker of that step was not running.
+    struct StallPart {
+        double waitNs = 0, descheduledNs = 0;
+    };
+    static double explainedByDescheduling(const std::vector<StallPart> &parts);
+    std::map<std::uint32_t, std::vector<StallPart>> m_stallPending;
+    std::int64_t m_stallFloor = 0;
+    double m_stallDescheduledNs = 0;
     std::int64_t m_reduceSteps = 0;
     bool m_sawReduce = false;
 };

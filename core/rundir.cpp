@@ -73,6 +73,8 @@ void checkSummary(nlohmann::json &summary, const std::string &path, std::vector<
         {"wall_s", Want::Number},          {"samples_per_s", Want::Number},
         {"final_loss", Want::Number},      {"stall_fraction", Want::Number},
         {"stall_ms_per_worker", Want::Numbers}, {"delay_ms_per_worker", Want::Numbers},
+        {"descheduled_ms_per_worker", Want::Numbers}, {"descheduled_fraction", Want::Number},
+        {"stall_descheduled_fraction", Want::Number},
         {"recompute_ms", Want::Number},    {"peak_activation_bytes", Want::Number},
         {"staleness_mean", Want::Number},  {"staleness_max", Want::Integer},
         {"staleness_histogram", Want::Numbers}, {"staleness_overflow", Want::Number},

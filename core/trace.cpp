@@ -1,5 +1,7 @@
 #include "trace.h"
 
+#include <time.h>
+
 #include <fstream>
 #include <string>
 
@@ -150,6 +152,17 @@ std::vector<Record> EventStore::all() const
 {
     std::lock_guard lock(m_mutex);
     return m_records;
+}
+
+} // namespace syncopate
+
+namespace syncopate {
+
+std::int64_t Recorder::threadCpuNs()
+{
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 } // namespace syncopate

@@ -4,9 +4,11 @@
 
 #include "device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -160,6 +162,39 @@ public:
         m_ring->push(Record::span(m_worker, p, lane == Lane::Count ? defaultLane(p) : lane, step,
                                   start, end, value));
     }
+    // The thread's CPU time (CLOCK_THREAD_CPUTIME_ID, a system call). Compute spans carry how
+    // long the thread was descheduled inside them: their wall time less this clock's advance.
+    static std::int64_t threadCpuNs();
+    // Where a compute span starting at wall time `start` measures from: the last CPU reading
+    // when it was taken at most kCpuReuseNs before (back-to-back compute spans share one read).
+    void markCpu(std::int64_t start)
+    {
+        if (start < m_markWall || start - m_markWall > kCpuReuseNs) {
+            m_markCpu = threadCpuNs();
+            m_markWall = start;
+        }
+        m_spanWall = m_markWall;
+        m_spanCpu = m_markCpu;
+    }
+    // Descheduled ns of the compute span [start, end] begun by markCpu(start); marks end.
+    std::int64_t descheduledUntil(std::int64_t start, std::int64_t end)
+    {
+        const std::int64_t cpu = threadCpuNs();
+        const std::int64_t off = (end - m_spanWall) - (cpu - m_spanCpu);
+        m_markWall = end;
+        m_markCpu = cpu;
+        return std::clamp<std::int64_t>(off, 0, std::max<std::int64_t>(0, end - start));
+    }
+    static constexpr std::int64_t kCpuReuseNs = 2000;
+
+    // Records [start, now] and returns now: a phase that begins where this one ends starts
+    // from it, so back-to-back phases cost one clock read per span instead of two.
+    std::int64_t spanToNow(Phase p, std::uint32_t step, std::int64_t start, double value = 0)
+    {
+        const std::int64_t end = now();
+        span(p, step, start, end, value);
+        return end;
+    }
     void counter(CounterId c, std::uint32_t step, double value)
     {
         m_ring->push(Record::counterSample(m_worker, c, step, now(), value));
@@ -187,26 +222,43 @@ private:
     RecordRing *m_ring;
     DeviceTimer *m_timer = nullptr;
     bool m_tracing = true;
+    std::int64_t m_markWall = std::numeric_limits<std::int64_t>::min() / 2, m_markCpu = 0;
+    std::int64_t m_spanWall = 0, m_spanCpu = 0;
 };
+
+// Phases whose span value is the time the thread was descheduled inside it (host compute).
+constexpr bool carriesDescheduled(Phase p)
+{
+    return p == Phase::Data || p == Phase::Forward || p == Phase::Backward || p == Phase::Recompute ||
+           p == Phase::Apply;
+}
 
 // Records one phase from construction to destruction.
 class ScopedSpan {
 public:
-    ScopedSpan(Recorder *rec, Phase p, std::uint32_t step)
+    ScopedSpan(Recorder *rec, Phase p, std::uint32_t step, std::int64_t start = -1)
         : m_rec(rec), m_phase(p), m_step(step),
           m_timer(rec && rec->timer() && Recorder::timedOnDevice(p) ? rec->timer() : nullptr),
-          m_start(rec && !m_timer && rec->tracing() ? rec->now() : 0)
+          m_start(rec && !m_timer && rec->tracing() ? (start >= 0 ? start : rec->now()) : 0)
     {
         if (m_timer)
             m_timer->begin();
+        else if (m_rec && m_rec->tracing() && carriesDescheduled(p))
+            m_rec->markCpu(m_start);
     }
     ~ScopedSpan()
     {
-        if (m_timer)
+        if (m_timer) {
             m_timer->end(Recorder::deviceTag(m_phase, m_step), m_value);
-        else if (m_rec && m_rec->tracing())
-            m_rec->span(m_phase, m_step, m_start, m_rec->now(), m_value);
+        } else if (m_rec && m_rec->tracing()) {
+            const std::int64_t end = m_rec->now();
+            if (carriesDescheduled(m_phase))
+                m_value = double(m_rec->descheduledUntil(m_start, end));
+            m_rec->span(m_phase, m_step, m_start, end, m_value);
+        }
     }
+    // The span's value (bytes moved, a version...); compute phases carry their descheduled
+    // time there instead.
     void setValue(double v) { m_value = v; }
     ScopedSpan(const ScopedSpan &) = delete;
     ScopedSpan &operator=(const ScopedSpan &) = delete;

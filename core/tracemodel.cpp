@@ -73,11 +73,13 @@ void TraceModel::thin(StepSeries &s)
     const std::size_t n = s.points.size() / 2;
     for (std::size_t i = 0; i < n; ++i) {
         const StepPoint &a = s.points[2 * i], &b = s.points[2 * i + 1];
-        s.points[i] = {(a.waitMs + b.waitMs) / 2, std::max(a.endNs, b.endNs)};
+        s.points[i] = {(a.waitMs + b.waitMs) / 2, std::max(a.endNs, b.endNs),
+                       (a.descheduledMs + b.descheduledMs) / 2};
     }
     if (s.points.size() % 2) {
         StepPoint last = s.points.back();
         last.waitMs /= 2; // half of the merged point's steps are still to come
+        last.descheduledMs /= 2;
         s.points[n] = last;
         s.points.resize(n + 1);
     } else {
@@ -144,6 +146,10 @@ void TraceModel::ingestFromFile(const Record &r)
         m_last = std::max(m_last, r.end);
         if (r.isStall() && r.worker < m_workers)
             stepPoint(r.worker, r.step).waitMs += double(r.duration()) / 1e6 / m_steps[r.worker].stride;
+        else if (carriesDescheduled(r.phase()) && r.lane() != Lane::Data && r.worker < m_workers &&
+                 r.value > 0 && std::isfinite(r.value))
+            stepPoint(r.worker, r.step).descheduledMs +=
+                std::min(r.value, double(r.duration())) / 1e6 / m_steps[r.worker].stride;
     } else {
         addCounter(r);
         m_last = std::max(m_last, r.start);

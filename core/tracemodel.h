@@ -33,6 +33,7 @@ struct CounterPoint {
 struct StepPoint {
     double waitMs = 0;  // mean per step over the point's steps
     double endNs = -1;  // end of the point's last step (its loss sample), -1 if unknown
+    double descheduledMs = 0; // mean per step: compute time the OS did not run the worker
 };
 
 class TraceModel {

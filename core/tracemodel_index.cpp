@@ -15,7 +15,7 @@ namespace syncopate {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'I', 'D', 'X', '\0'};
-constexpr std::uint32_t kIndexVersion = 1;
+constexpr std::uint32_t kIndexVersion = 2; // 2: steps carry descheduled time
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t(1) << 31;
 
 class Out {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 
 using namespace syncopate;
 
@@ -225,6 +226,45 @@ private Q_SLOTS:
         QVERIFY(near(r["algbw_gb_s"].get<double>(), 232.0 * 2 / 3e6));
         QVERIFY(near(r["busbw_gb_s"].get<double>(), 232.0 * 2 / 3e6));
         QCOMPARE(js(j["staleness_histogram"]), QStringLiteral("[]"));
+    }
+
+    // Hand-worked, sync, 3 workers, 2 steps (ms; a compute span's value is its descheduled
+    // time). Step 0: worker 0 was off the CPU 3 of its 4 forward ms, so worker 1's 3 ms wait
+    // is all explained (min(3, 3)) and worker 2's 2 ms (min(2, 3)); worker 0 waited 0.
+    // Step 1: worker 1 is slowest by 2 ms but was off the CPU for 1: workers 0 and 2 each
+    // waited 2, of which 1 is explained. 7 of 9 stall ms in all.
+    void descheduledAccounting()
+    {
+        using P = Phase;
+        const auto d = [](double v) { return v * 1e6; };
+        const std::vector<Record> r = interleave({
+            span(0, P::Forward, 0, 0, 4, d(3)), span(0, P::Backward, 0, 4, 6), span(0, P::Wait, 0, 6, 6), span(0, P::Apply, 0, 6, 7),
+            span(1, P::Forward, 0, 0, 2), span(1, P::Backward, 0, 2, 3), span(1, P::Wait, 0, 3, 6), span(1, P::Apply, 0, 6, 7),
+            span(2, P::Forward, 0, 0, 2, d(1)), span(2, P::Backward, 0, 2, 4, d(0.5)), span(2, P::Wait, 0, 4, 6), span(2, P::Apply, 0, 6, 7),
+            span(0, P::Forward, 1, 7, 9), span(0, P::Backward, 1, 9, 10), span(0, P::Wait, 1, 10, 12), span(0, P::Apply, 1, 12, 13),
+            span(1, P::Forward, 1, 7, 11, d(1)), span(1, P::Backward, 1, 11, 12), span(1, P::Wait, 1, 12, 12), span(1, P::Apply, 1, 12, 13),
+            span(2, P::Forward, 1, 7, 9), span(2, P::Backward, 1, 9, 10), span(2, P::Wait, 1, 10, 12), span(2, P::Apply, 1, 12, 13),
+        });
+        const RunMetrics m = computeMetrics(makeConfig("sync", 3), r, RunOutcome{});
+        const auto &j = m.summary;
+        QCOMPARE(js(j["descheduled_ms_per_worker"]), QStringLiteral("[3.0,1.0,1.5]"));
+        // Compute spans (forward, backward, apply): 11 + 10 + 9 ms.
+        QVERIFY(near(j["descheduled_fraction"].get<double>(), 5.5 / 30.0));
+        QVERIFY(near(j["stall_descheduled_fraction"].get<double>(), 7.0 / 9.0));
+        std::map<std::pair<int, std::int64_t>, double> rows;
+        for (const StepRow &row : m.rows)
+            rows[{row.worker, row.step}] = row.descheduledMs;
+        QVERIFY(near(rows[{0, 0}], 3.0));
+        QVERIFY(near(rows[{2, 0}], 1.5));
+        QVERIFY(near(rows[{1, 1}], 1.0));
+        QVERIFY(near(rows[{0, 1}], 0.0));
+        // A damaged value (more than the span, negative, NaN) counts as at most the span.
+        const RunMetrics bad = computeMetrics(makeConfig("sync", 2),
+            {span(0, P::Forward, 0, 0, 2, d(50)), span(1, P::Forward, 0, 0, 2, -5),
+             span(1, P::Backward, 0, 2, 3, std::nan(""))}, RunOutcome{});
+        QCOMPARE(js(bad.summary["descheduled_ms_per_worker"]), QStringLiteral("[2.0,0.0]"));
+        // Async has no barrier to explain.
+        QVERIFY(!computeMetrics(makeConfig("async", 3), r, RunOutcome{}).summary.contains("stall_descheduled_fraction"));
     }
 
     void asyncSummary()

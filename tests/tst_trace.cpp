@@ -13,6 +13,7 @@ private Q_SLOTS:
     void recordPacksKindLaneAndPhase();
     void ringKeepsOrderAcrossThreads();
     void scopedSpanRecordsItsPhase();
+    void computeSpanCarriesDescheduledTime();
     void storeHandsOutWhatIsNew();
     void runClockAgreesWithTheSteadyClock();
 };
@@ -92,6 +93,35 @@ void TestTrace::scopedSpanRecordsItsPhase()
     QCOMPARE(out[0].worker, std::uint16_t(2));
     QCOMPARE(out[0].value, 64.0);
     QVERIFY(out[0].end >= out[0].start);
+}
+
+// A compute span carries the time its thread was off the CPU: a thread that sleeps inside one
+// (as a descheduled one would not run) gets nearly all of it, never more than the span.
+void TestTrace::computeSpanCarriesDescheduledTime()
+{
+    RunClock clock;
+    RecordRing ring;
+    Recorder rec(0, clock, ring);
+    {
+        ScopedSpan s(&rec, Phase::Forward, 1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    {
+        ScopedSpan s(&rec, Phase::Reduce, 1); // not a compute phase: its value is its own
+        s.setValue(7);
+    }
+    std::vector<Record> out;
+    QCOMPARE(ring.drain(out), std::size_t(2));
+    const double span = double(out[0].duration());
+    QVERIFY2(out[0].value >= 0.8 * span && out[0].value <= span,
+             qPrintable(QStringLiteral("%1 ns off the CPU in a %2 ns span").arg(out[0].value).arg(span)));
+    QCOMPARE(out[1].value, 7.0);
+    // Tracing off: no clock is read for the span, nothing is recorded.
+    rec.setTracing(false);
+    {
+        ScopedSpan s(&rec, Phase::Forward, 2);
+    }
+    QCOMPARE(ring.drain(out), std::size_t(0));
 }
 
 void TestTrace::storeHandsOutWhatIsNew()

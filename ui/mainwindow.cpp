@@ -441,7 +441,7 @@ void MainWindow::onRunFailed(const QString &message, const QStringList &fields)
         html += tr(" <a href=\"save-elsewhere\">Save a copy elsewhere...</a>");
     // Refused at the start: the runs folder cannot be written (read-only, full, not a folder).
     else if (!m_controller->isRunning() && message.contains(m_settings.runsFolder))
-        html += tr(" <a href=\"choose-runs-folder\">Choose another runs folder...</a>");
+        html += tr(" <a href=\"choose-runs-folder\">Choose another runs folder</a> (also File &gt; Choose Runs Folder...).");
     showBanner(html);
     m_form->markErrors(fields);
 }

@@ -76,7 +76,7 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     } catch (const std::exception &e) {
         m_engine.reset();
         m_run.reset();
-        Q_EMIT runFailed(tr("Cannot start: %1. Choose another runs folder (File > Choose Runs Folder...).")
+        Q_EMIT runFailed(tr("Cannot start: %1.")
                              .arg(QString::fromStdString(e.what())),
                          {});
         return false;
