@@ -96,7 +96,7 @@ void printSummary(const RunConfig &config, const nlohmann::json &s, const std::s
         std::printf(" %.0f", v.get<double>());
     std::printf(" ms per worker\n");
     if (s.contains("descheduled_fraction")) {
-        std::printf("cpu       %.1f%% of compute time the OS did not run the workers;",
+        std::printf("cpu       %.1f%% of worker time the OS did not run a worker that could run;",
                     100.0 * num("descheduled_fraction"));
         for (const auto &v : s["descheduled_ms_per_worker"])
             std::printf(" %.0f", v.get<double>());

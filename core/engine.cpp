@@ -36,7 +36,7 @@ RunState runStateFromName(const std::string &name)
     return RunState::Finished;
 }
 
-bool CancellableBarrier::arriveAndWait()
+bool CancellableBarrier::arriveAndWait(std::int64_t arrivedNs, std::int64_t *releasedNs)
 {
     std::unique_lock lock(m_mutex);
     if (m_cancelled)
@@ -45,10 +45,16 @@ bool CancellableBarrier::arriveAndWait()
     if (++m_waiting == m_parties) {
         m_waiting = 0;
         ++m_generation;
+        m_releasedNs = arrivedNs;
+        if (releasedNs)
+            *releasedNs = arrivedNs;
         m_cv.notify_all();
         return true;
     }
     m_cv.wait(lock, [&] { return m_generation != generation || m_cancelled; });
+    // Read under the lock: the next opening needs this worker, so it cannot have changed.
+    if (releasedNs)
+        *releasedNs = m_releasedNs;
     return m_generation != generation;
 }
 
@@ -621,6 +627,18 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
     delayStep(w, step, w.rec.now() - computeStart);
 }
 
+bool Engine::barrierWait(WorkerState &w, std::uint32_t step, std::int64_t &t0)
+{
+    // The wait span's value: how long after the barrier opened this worker resumed, time it
+    // could have run but the OS did not run it.
+    std::int64_t released = 0;
+    const bool open = m_barrier->arriveAndWait(t0, &released);
+    const std::int64_t t1 = w.rec.now();
+    w.rec.span(Phase::Wait, step, t0, t1, open ? double(t1 - std::clamp(released, t0, t1)) : 0.0);
+    t0 = t1;
+    return open;
+}
+
 void Engine::syncStep(WorkerState &w, std::int64_t step)
 {
     const auto s32 = std::uint32_t(step);
@@ -633,8 +651,7 @@ void Engine::syncStep(WorkerState &w, std::int64_t step)
     if (const std::size_t staged = m_exchange->prepare(w.index))
         t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(staged));
     enter(w, Phase::Wait, step);
-    const bool arrived = m_barrier->arriveAndWait();
-    t0 = w.rec.spanToNow(Phase::Wait, s32, t0);
+    const bool arrived = barrierWait(w, s32, t0);
     if (!arrived)
         return;
 
@@ -645,8 +662,7 @@ void Engine::syncStep(WorkerState &w, std::int64_t step)
     t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(moved));
 
     enter(w, Phase::Wait, step);
-    const bool reduced = m_barrier->arriveAndWait();
-    t0 = w.rec.spanToNow(Phase::Wait, s32, t0);
+    const bool reduced = barrierWait(w, s32, t0);
     if (!reduced)
         return;
 

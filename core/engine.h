@@ -37,8 +37,9 @@ RunState runStateFromName(const std::string &name);
 class CancellableBarrier {
 public:
     explicit CancellableBarrier(int parties) : m_parties(parties) {}
-    // False when cancelled.
-    bool arriveAndWait();
+    // False when cancelled. arrivedNs is the caller's arrival time; *releasedNs becomes the
+    // last arriver's, when the barrier opened (a waiter that resumes later was not running).
+    bool arriveAndWait(std::int64_t arrivedNs = 0, std::int64_t *releasedNs = nullptr);
     void cancel();
 
 private:
@@ -47,6 +48,7 @@ private:
     int m_parties;
     int m_waiting = 0;
     std::uint64_t m_generation = 0;
+    std::int64_t m_releasedNs = 0;
     bool m_cancelled = false;
 };
 
@@ -122,6 +124,8 @@ private:
     friend struct WorkerState;
     void supervise();
     void runWorker(WorkerState &w);
+    // Waits at the barrier from t0 and records it; t0 becomes the span's end.
+    bool barrierWait(WorkerState &w, std::uint32_t step, std::int64_t &t0);
     void syncStep(WorkerState &w, std::int64_t step);
     bool asyncStep(WorkerState &w, std::int64_t step);
     void computeStep(WorkerState &w, std::int64_t step);

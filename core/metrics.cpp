@@ -8,6 +8,14 @@
 namespace syncopate {
 
 namespace {
+// A span's descheduled time: at most the span itself, whatever a damaged file says.
+double boundedValue(double v, double spanNs)
+{
+    return std::isfinite(v) ? std::clamp(v, 0.0, std::max(0.0, spanNs)) : 0.0;
+}
+} // namespace
+
+namespace {
 
 // Values from a damaged file can be anything; casting an out-of-range double to an integer is
 // undefined behaviour, so saturate instead.
@@ -95,7 +103,12 @@ void MetricsAccumulator::add(const Record *records, std::size_t n)
                 if (row)
                     row->row.waitMs += ns / 1e6;
                 ws.waitNs += ns;
-                addStallPart(r.step, w, ns, 0);
+                // Sync barrier waits carry how long the worker resumed after the barrier opened.
+                const double wake = !m_config.async() ? boundedValue(r.value, ns) : 0.0;
+                if (row)
+                    row->row.descheduledMs += wake / 1e6;
+                ws.descheduledNs += wake;
+                addStallPart(r.step, w, ns, wake, wake);
             }
             break;
         case Phase::Delay:
@@ -115,14 +128,12 @@ void MetricsAccumulator::add(const Record *records, std::size_t n)
             break;
         }
         if (carriesDescheduled(r.phase())) {
-            // At most the span itself, whatever a damaged file says.
-            const double off = std::isfinite(r.value) ? std::clamp(r.value, 0.0, ns) : 0.0;
+            const double off = boundedValue(r.value, ns);
             if (row)
                 row->row.descheduledMs += off / 1e6;
             ws.descheduledNs += off;
-            ws.computeNs += ns;
             if (off > 0)
-                addStallPart(r.step, w, 0, off);
+                addStallPart(r.step, w, 0, off, 0);
         }
     }
 }
@@ -187,25 +198,22 @@ void MetricsAccumulator::advance(int worker, std::int64_t step)
 
 double MetricsAccumulator::explainedByDescheduling(const std::vector<StallPart> &parts)
 {
-    // The two longest descheduled times, so each worker's "longest among the others" is O(1).
-    double first = 0, second = 0;
-    std::size_t firstAt = parts.size();
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-        if (parts[i].descheduledNs > first) {
-            second = first;
-            first = parts[i].descheduledNs;
-            firstAt = i;
-        } else if (parts[i].descheduledNs > second) {
-            second = parts[i].descheduledNs;
-        }
-    }
+    // The slowest worker of the step is the one that waited least (it arrived last); the
+    // others waited for it, and as long as it was not running, for the OS. A worker's own late
+    // wake-ups after the barrier opened are descheduling too.
+    std::size_t slowest = 0;
+    for (std::size_t i = 1; i < parts.size(); ++i)
+        if (parts[i].waitNs < parts[slowest].waitNs)
+            slowest = i;
     double explained = 0;
     for (std::size_t i = 0; i < parts.size(); ++i)
-        explained += std::min(parts[i].waitNs, i == firstAt ? second : first);
+        explained += std::min(parts[i].waitNs,
+                              parts[i].wakeNs + (i == slowest ? 0.0 : parts[slowest].descheduledNs));
     return explained;
 }
 
-void MetricsAccumulator::addStallPart(std::uint32_t step, int worker, double waitNs, double descheduledNs)
+void MetricsAccumulator::addStallPart(std::uint32_t step, int worker, double waitNs, double descheduledNs,
+                                      double wakeNs)
 {
     if (m_config.async() || m_workers < 2 || std::int64_t(step) < m_stallFloor)
         return;
@@ -214,6 +222,7 @@ void MetricsAccumulator::addStallPart(std::uint32_t step, int worker, double wai
         parts.resize(std::size_t(m_workers));
     parts[std::size_t(worker)].waitNs += waitNs;
     parts[std::size_t(worker)].descheduledNs += descheduledNs;
+    parts[std::size_t(worker)].wakeNs += wakeNs;
     if (m_stallPending.size() > kMaxPendingReduceSteps)
         finalizeOldestStall();
 }
@@ -325,11 +334,10 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
     nlohmann::json stallPerWorker = nlohmann::json::array();
     nlohmann::json delayPerWorker = nlohmann::json::array();
     nlohmann::json descheduledPerWorker = nlohmann::json::array();
-    double totalDescheduled = 0, totalCompute = 0;
+    double totalDescheduled = 0;
     for (const WorkerState &ws : m_state) {
         descheduledPerWorker.push_back(ws.descheduledNs / 1e6);
         totalDescheduled += ws.descheduledNs;
-        totalCompute += ws.computeNs;
         totalActive += ws.lastEnd > ws.firstStart ? double(ws.lastEnd) - double(ws.firstStart) : 0.0;
         totalWait += ws.waitNs;
         stallPerWorker.push_back(ws.waitNs / 1e6);
@@ -362,10 +370,10 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
     j["stall_fraction"] = totalActive > 0 ? totalWait / totalActive : 0.0;
     j["stall_ms_per_worker"] = stallPerWorker;
     j["delay_ms_per_worker"] = delayPerWorker;
-    // Of the compute spans' time, the share the threads were not running (more workers than
-    // free cores, or other programs): time a barrier then waits for no fault of the mode.
+    // Of worker time, the share a worker could run but the OS did not run it (more workers
+    // than free cores, or other programs): time a barrier then waits for no fault of the mode.
     j["descheduled_ms_per_worker"] = descheduledPerWorker;
-    j["descheduled_fraction"] = totalCompute > 0 ? totalDescheduled / totalCompute : 0.0;
+    j["descheduled_fraction"] = totalActive > 0 ? std::min(1.0, totalDescheduled / totalActive) : 0.0;
     if (!config.async()) {
         // Of the barrier stalls, the share spent waiting for a worker the OS was not running
         // (steps still open are counted as they stand).

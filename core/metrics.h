@@ -23,7 +23,9 @@ struct StepRow {
     double waitMs = 0;  // barrier, SSP and server-lock waits
     double delayMs = 0; // injected straggler delay
     double recomputeMs = 0;
-    double descheduledMs = 0; // of the compute spans, time the OS did not run the thread
+    // Time the OS did not run the worker while it could run: inside compute spans, and at a
+    // barrier after it opened
+    double descheduledMs = 0;
     double staleness = -1; // async: staleness of this step's update; -1 = none
     double activationBytes = 0;
 };
@@ -93,7 +95,6 @@ private:
         double waitNs = 0;
         double delayNs = 0;
         double descheduledNs = 0;
-        double computeNs = 0; // spans that carry a descheduled time
     };
 
     OpenRow *rowFor(int worker, std::uint32_t step);
@@ -101,7 +102,7 @@ private:
     void advance(int worker, std::int64_t step);
     void addReduce(std::uint32_t step, int worker, double ns);
     void finalizeOldestReduce();
-    void addStallPart(std::uint32_t step, int worker, double waitNs, double descheduledNs);
+    void addStallPart(std::uint32_t step, int worker, double waitNs, double descheduledNs, double wakeNs);
     void finalizeOldestStall();
     void addLoss(std::int64_t t, double loss);
     void addStaleness(double value);
@@ -122,11 +123,12 @@ private:
     std::map<std::uint32_t, std::vector<double>> m_reducePending;
     std::int64_t m_reduceFloor = 0; // steps below are folded into the totals
     double m_reduceNs = 0;
-    // Sync only: per step, each worker's barrier wait and descheduled compute time, until every
-    // worker has moved past it. A worker's wait is explained by descheduling up to the longest
-    // time another worker of that step was not running.
+    // Sync only: per step, each worker's barrier wait, its descheduled time (compute spans and
+    // late wake-ups), until every worker has moved past it. A worker's wait is explained by
+    // descheduling up to its own late wake-ups plus the time the step's slowest worker (the one
+    // that waited least) was not running.
     struct StallPart {
-        double waitNs = 0, descheduledNs = 0;
+        double waitNs = 0, descheduledNs = 0, wakeNs = 0;
     };
     static double explainedByDescheduling(const std::vector<StallPart> &parts);
     std::map<std::uint32_t, std::vector<StallPart>> m_stallPending;

@@ -144,12 +144,15 @@ void TraceModel::ingestFromFile(const Record &r)
         ++m_spans;
         m_rows[ri].lod.add(r);
         m_last = std::max(m_last, r.end);
-        if (r.isStall() && r.worker < m_workers)
-            stepPoint(r.worker, r.step).waitMs += double(r.duration()) / 1e6 / m_steps[r.worker].stride;
-        else if (carriesDescheduled(r.phase()) && r.lane() != Lane::Data && r.worker < m_workers &&
-                 r.value > 0 && std::isfinite(r.value))
-            stepPoint(r.worker, r.step).descheduledMs +=
-                std::min(r.value, double(r.duration())) / 1e6 / m_steps[r.worker].stride;
+        if (r.worker < m_workers && (r.isStall() || (carriesDescheduled(r.phase()) && r.lane() != Lane::Data))) {
+            StepPoint &p = stepPoint(r.worker, r.step);
+            const double stride = m_steps[r.worker].stride;
+            if (r.isStall())
+                p.waitMs += double(r.duration()) / 1e6 / stride;
+            // Compute spans: time off the CPU; barrier waits: time after the barrier opened.
+            if (r.value > 0 && std::isfinite(r.value))
+                p.descheduledMs += std::min(r.value, double(r.duration())) / 1e6 / stride;
+        }
     } else {
         addCounter(r);
         m_last = std::max(m_last, r.start);

@@ -231,8 +231,9 @@ private Q_SLOTS:
     // Hand-worked, sync, 3 workers, 2 steps (ms; a compute span's value is its descheduled
     // time). Step 0: worker 0 was off the CPU 3 of its 4 forward ms, so worker 1's 3 ms wait
     // is all explained (min(3, 3)) and worker 2's 2 ms (min(2, 3)); worker 0 waited 0.
-    // Step 1: worker 1 is slowest by 2 ms but was off the CPU for 1: workers 0 and 2 each
-    // waited 2, of which 1 is explained. 7 of 9 stall ms in all.
+    // Step 1: worker 1 is slowest by 2 ms but was off the CPU for 1: worker 0 waited 2, of
+    // which 1 is explained; worker 2 too, and it resumed 0.5 ms after the barrier opened (a wait
+    // span's value): 1.5 of its 2. 7.5 of 9 stall ms in all.
     void descheduledAccounting()
     {
         using P = Phase;
@@ -243,14 +244,14 @@ private Q_SLOTS:
             span(2, P::Forward, 0, 0, 2, d(1)), span(2, P::Backward, 0, 2, 4, d(0.5)), span(2, P::Wait, 0, 4, 6), span(2, P::Apply, 0, 6, 7),
             span(0, P::Forward, 1, 7, 9), span(0, P::Backward, 1, 9, 10), span(0, P::Wait, 1, 10, 12), span(0, P::Apply, 1, 12, 13),
             span(1, P::Forward, 1, 7, 11, d(1)), span(1, P::Backward, 1, 11, 12), span(1, P::Wait, 1, 12, 12), span(1, P::Apply, 1, 12, 13),
-            span(2, P::Forward, 1, 7, 9), span(2, P::Backward, 1, 9, 10), span(2, P::Wait, 1, 10, 12), span(2, P::Apply, 1, 12, 13),
+            span(2, P::Forward, 1, 7, 9), span(2, P::Backward, 1, 9, 10), span(2, P::Wait, 1, 10, 12, d(0.5)), span(2, P::Apply, 1, 12, 13),
         });
         const RunMetrics m = computeMetrics(makeConfig("sync", 3), r, RunOutcome{});
         const auto &j = m.summary;
-        QCOMPARE(js(j["descheduled_ms_per_worker"]), QStringLiteral("[3.0,1.0,1.5]"));
-        // Compute spans (forward, backward, apply): 11 + 10 + 9 ms.
-        QVERIFY(near(j["descheduled_fraction"].get<double>(), 5.5 / 30.0));
-        QVERIFY(near(j["stall_descheduled_fraction"].get<double>(), 7.0 / 9.0));
+        QCOMPARE(js(j["descheduled_ms_per_worker"]), QStringLiteral("[3.0,1.0,2.0]"));
+        // Of 3 * 13 ms of worker time.
+        QVERIFY(near(j["descheduled_fraction"].get<double>(), 6.0 / 39.0));
+        QVERIFY(near(j["stall_descheduled_fraction"].get<double>(), 7.5 / 9.0));
         std::map<std::pair<int, std::int64_t>, double> rows;
         for (const StepRow &row : m.rows)
             rows[{row.worker, row.step}] = row.descheduledMs;
@@ -258,6 +259,7 @@ private Q_SLOTS:
         QVERIFY(near(rows[{2, 0}], 1.5));
         QVERIFY(near(rows[{1, 1}], 1.0));
         QVERIFY(near(rows[{0, 1}], 0.0));
+        QVERIFY(near(rows[{2, 1}], 0.5));
         // A damaged value (more than the span, negative, NaN) counts as at most the span.
         const RunMetrics bad = computeMetrics(makeConfig("sync", 2),
             {span(0, P::Forward, 0, 0, 2, d(50)), span(1, P::Forward, 0, 0, 2, -5),
