@@ -38,7 +38,7 @@ void printUsage(std::FILE *to)
     std::fputs(
         "usage:\n"
         "  syncopate-cli run [--preset NAME | --config FILE] [--set KEY=VALUE ...] [--out DIR]\n"
-        "                    [--images]\n"
+        "                    [--images [--window STEP_FROM:STEP_TO]]\n"
         "  syncopate-cli presets            list the presets with their explanation\n"
         "  syncopate-cli validate FILE      check a config (or preset) file\n"
         "  syncopate-cli keys               list every config key, its default and meaning\n"
@@ -53,7 +53,8 @@ void printUsage(std::FILE *to)
         "trace.json. A run killed at any moment opens as \"interrupted\" with all but its last second.\n"
         "--set takes dotted keys (train.lr=0.05, workers_slowdown=[1,3,1,1]); the value is\n"
         "JSON where it parses, else a string. --images also draws timeline.png, loss.png,\n"
-        "stalls.png, staleness.png, memory.png and throughput.png into DIR.\n",
+        "stalls.png, staleness.png, memory.png and throughput.png into DIR; the timeline shows\n"
+        "steps STEP_FROM to STEP_TO (default: five steps from a tenth of the way in).\n",
         to);
 }
 
@@ -138,7 +139,7 @@ void printSummary(const RunConfig &config, const nlohmann::json &s, const std::s
 }
 
 // The same drawing code as the app, on the offscreen platform when there is no display.
-bool writeImages(const std::string &dir)
+bool writeImages(const std::string &dir, std::int64_t fromStep, std::int64_t toStep)
 {
     if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") && !std::getenv("QT_QPA_PLATFORM"))
         setenv("QT_QPA_PLATFORM", "offscreen", 1);
@@ -154,7 +155,16 @@ bool writeImages(const std::string &dir)
         return false;
     }
     QString error;
-    const QStringList files = renderRunImages(data, QString::fromStdString(dir), QSize(1600, 800), &error);
+    if (toStep < 0) {
+        // A readable default: five steps from a tenth of the way in (past the warm-up).
+        std::int64_t steps = 0;
+        for (int w = 0; w < data->workers(); ++w)
+            steps = std::max<std::int64_t>(steps, std::int64_t(data->steps(w).size()) * data->stepsPerPoint(w));
+        fromStep = steps / 10;
+        toStep = std::min<std::int64_t>(steps - 1, fromStep + 4);
+    }
+    const QStringList files = renderRunImages(data, QString::fromStdString(dir), QSize(1600, 800), &error,
+                                              fromStep, toStep);
     if (files.size() < 6) {
         std::fprintf(stderr, "syncopate-cli: images: %s\n", qPrintable(error));
         return false;
@@ -166,6 +176,7 @@ bool writeImages(const std::string &dir)
 int commandRun(const std::vector<std::string> &args)
 {
     bool images = false;
+    std::int64_t fromStep = 0, toStep = -1; // the timeline image's steps; -1: a default window
     nlohmann::json flat = nlohmann::json::object();
     std::string outDir;
     std::vector<std::string> sets;
@@ -192,6 +203,16 @@ int commandRun(const std::vector<std::string> &args)
             outDir = value();
         } else if (a == "--images") {
             images = true;
+        } else if (a == "--window") {
+            const std::string w = value();
+            const auto colon = w.find(':');
+            char *endA = nullptr, *endB = nullptr;
+            const long long f = colon == std::string::npos ? -1 : std::strtoll(w.c_str(), &endA, 10);
+            const long long t = colon == std::string::npos ? -1 : std::strtoll(w.c_str() + colon + 1, &endB, 10);
+            if (colon == std::string::npos || endA != w.c_str() + colon || *endB != '\0' || f < 0 || t < f)
+                throw ConfigError("--window takes STEP_FROM:STEP_TO, e.g. 10:14 (got \"" + w + "\")", {});
+            fromStep = f;
+            toStep = t;
         } else {
             throw ConfigError("run: unknown argument \"" + a + "\"", {});
         }
@@ -227,7 +248,7 @@ int commandRun(const std::vector<std::string> &args)
         std::fputc('\n', stderr);
     }
     printSummary(prepared.config, engine.summary(), outDir);
-    if (images && !writeImages(outDir))
+    if (images && !writeImages(outDir, fromStep, toStep))
         return 1;
     switch (engine.state()) {
     case RunState::Finished: return 0;

@@ -233,6 +233,17 @@ constexpr bool carriesDescheduled(Phase p)
            p == Phase::Apply;
 }
 
+// The ns of a span the worker could run and the OS did not run it: off the CPU inside a
+// compute span, or after the barrier opened in a barrier wait (0 for other spans). At most the
+// span, whatever a damaged file says.
+inline double offCpuNs(const Record &r)
+{
+    if (!r.isSpan() || r.lane() == Lane::Data || !(r.isStall() || carriesDescheduled(r.phase())) ||
+        !(r.value > 0) || r.value > 1e300)
+        return 0;
+    return std::min(r.value, double(r.duration()));
+}
+
 // Records one phase from construction to destruction.
 class ScopedSpan {
 public:

@@ -74,18 +74,31 @@ void TraceModel::thin(StepSeries &s)
     for (std::size_t i = 0; i < n; ++i) {
         const StepPoint &a = s.points[2 * i], &b = s.points[2 * i + 1];
         s.points[i] = {(a.waitMs + b.waitMs) / 2, std::max(a.endNs, b.endNs),
-                       (a.descheduledMs + b.descheduledMs) / 2};
+                       (a.descheduledMs + b.descheduledMs) / 2, (a.wakeMs + b.wakeMs) / 2};
     }
     if (s.points.size() % 2) {
         StepPoint last = s.points.back();
         last.waitMs /= 2; // half of the merged point's steps are still to come
         last.descheduledMs /= 2;
+        last.wakeMs /= 2;
         s.points[n] = last;
         s.points.resize(n + 1);
     } else {
         s.points.resize(n);
     }
     s.stride *= 2;
+}
+
+double stallOffCpuMs(const std::vector<const std::vector<StepPoint> *> &workers, std::size_t i, std::size_t w)
+{
+    std::size_t slowest = workers.size();
+    for (std::size_t j = 0; j < workers.size(); ++j)
+        if (i < workers[j]->size() && (slowest == workers.size() || (*workers[j])[i].waitMs < (*workers[slowest])[i].waitMs))
+            slowest = j;
+    if (slowest == workers.size() || i >= workers[w]->size())
+        return 0;
+    const StepPoint &p = (*workers[w])[i];
+    return std::min(p.waitMs, p.wakeMs + (w == slowest ? 0.0 : (*workers[slowest])[i].descheduledMs));
 }
 
 void TraceModel::addCounter(const Record &r)
@@ -150,8 +163,10 @@ void TraceModel::ingestFromFile(const Record &r)
             if (r.isStall())
                 p.waitMs += double(r.duration()) / 1e6 / stride;
             // Compute spans: time off the CPU; barrier waits: time after the barrier opened.
-            if (r.value > 0 && std::isfinite(r.value))
-                p.descheduledMs += std::min(r.value, double(r.duration())) / 1e6 / stride;
+            const double off = offCpuNs(r) / 1e6 / stride;
+            p.descheduledMs += off;
+            if (r.isStall())
+                p.wakeMs += off;
         }
     } else {
         addCounter(r);
@@ -289,11 +304,14 @@ std::vector<std::pair<double, double>> TraceModel::throughput() const
     return out;
 }
 
-std::vector<std::array<double, std::size_t(Phase::Count)>> TraceModel::phaseTimeIn(double t0, double t1) const
+std::vector<std::array<double, std::size_t(Phase::Count)>> TraceModel::phaseTimeIn(double t0, double t1,
+                                                                                std::vector<double> *offCpu) const
 {
     std::vector<std::array<double, std::size_t(Phase::Count)>> out(static_cast<std::size_t>(m_workers));
     for (auto &a : out)
         a.fill(0.0);
+    if (offCpu)
+        offCpu->assign(static_cast<std::size_t>(m_workers), 0.0);
     std::vector<Record> spans;
     for (std::size_t r = 0; r < m_rows.size(); ++r) {
         if (m_rows[r].desc.kind != RowKind::Worker || m_rows[r].desc.worker >= m_workers)
@@ -301,8 +319,11 @@ std::vector<std::array<double, std::size_t(Phase::Count)>> TraceModel::phaseTime
         spansIn(r, std::int64_t(t0), std::int64_t(std::ceil(t1)), spans);
         for (const Record &s : spans) {
             const double a = std::max(t0, double(s.start)), b = std::min(t1, double(s.end));
-            if (b > a)
+            if (b > a) {
                 out[std::size_t(m_rows[r].desc.worker)][std::size_t(s.phase())] += b - a;
+                if (offCpu && s.duration() > 0)
+                    (*offCpu)[std::size_t(m_rows[r].desc.worker)] += offCpuNs(s) * (b - a) / double(s.duration());
+            }
         }
     }
     return out;

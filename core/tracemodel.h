@@ -33,8 +33,14 @@ struct CounterPoint {
 struct StepPoint {
     double waitMs = 0;  // mean per step over the point's steps
     double endNs = -1;  // end of the point's last step (its loss sample), -1 if unknown
-    double descheduledMs = 0; // mean per step: compute time the OS did not run the worker
+    double descheduledMs = 0; // mean per step: time the OS did not run the worker (all of it)
+    double wakeMs = 0;        // of that, after a barrier opened (the end of its waits)
 };
+
+// Of worker w's wait at step point i, the part spent waiting for the OS: its own late
+// wake-ups plus the time the point's slowest worker (the one that waited least) was not
+// running. The same reading as summary.json's stall_descheduled_fraction.
+double stallOffCpuMs(const std::vector<const std::vector<StepPoint> *> &workers, std::size_t i, std::size_t w);
 
 class TraceModel {
 public:
@@ -77,7 +83,10 @@ public:
     // Samples per second over consecutive half-second windows: (window end, rate).
     std::vector<std::pair<double, double>> throughput() const;
     // Time per phase of each worker inside [t0, t1] (main rows), exact from the raw spans.
-    std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1) const;
+    // offCpu, when given, gets each worker's time off the CPU in the range (offCpuNs of its
+    // spans, in proportion to how much of each span the range holds).
+    std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1,
+                                                                          std::vector<double> *offCpu = nullptr) const;
 
     std::int64_t startNs() const { return 0; }
     std::int64_t endNs() const { return m_last; }

@@ -399,6 +399,15 @@ void ChartsWidget::fillStalls()
         QCPGraph *share = p->addGraph(p->xAxis, p->yAxis2);
         share->setName(tr("share of time lost (right axis)"));
         share->setPen(QPen(Qt::black, 2 * m_scale, Qt::DashLine));
+        // What of the stalls was the OS not running a worker (more workers than free cores):
+        // waiting for no fault of the mode.
+        QCPGraph *os = p->addGraph();
+        os->setName(tr("of which waiting for the OS (mean)"));
+        os->setPen(QPen(QColor(0x1A, 0x1A, 0x1A), 1.0 * m_scale));
+        os->setBrush(QBrush(QColor(0x1A, 0x1A, 0x1A), Qt::CrossPattern));
+        QCPGraph *osShare = p->addGraph(p->xAxis, p->yAxis2);
+        osShare->setName(tr("share lost to the OS (right axis)"));
+        osShare->setPen(QPen(QColor(0x1A, 0x1A, 0x1A), 2 * m_scale, Qt::DotLine));
         p->yAxis2->setVisible(true);
         p->yAxis2->setLabel(tr("cumulative share lost (%)"));
     }
@@ -413,30 +422,55 @@ void ChartsWidget::fillStalls()
         }
         p->graph(w)->setData(x, y, true);
     }
+    // Per step point, the stall spent waiting for the OS, mean over workers.
+    std::vector<const std::vector<StepPoint> *> series;
+    for (int w = 0; w < run.workers(); ++w)
+        series.push_back(&run.steps(w));
     // Cumulative share of worker time lost to waiting, per step point, from step end times.
-    QVector<double> sx, sy;
-    double waited = 0, elapsed = 0;
+    QVector<double> sx, sy, ox, oy, osy;
+    double waited = 0, elapsed = 0, lostToOs = 0;
     std::vector<double> lastEnd(std::size_t(run.workers()), 0.0);
     std::size_t points = 0;
     for (int w = 0; w < run.workers(); ++w)
         points = std::max(points, run.steps(w).size());
     for (std::size_t s = 0; s < points; ++s) {
         bool any = false;
+        double osMs = 0;
+        int counted = 0;
         for (int w = 0; w < run.workers(); ++w) {
             const auto &steps = run.steps(w);
-            if (s >= steps.size() || steps[s].endNs < 0)
+            if (s >= steps.size())
+                continue;
+            const double off = stallOffCpuMs(series, s, std::size_t(w));
+            osMs += off;
+            ++counted;
+            if (steps[s].endNs < 0)
                 continue;
             any = true;
             waited += steps[s].waitMs * run.stepsPerPoint(w);
+            lostToOs += off * run.stepsPerPoint(w);
             elapsed += steps[s].endNs / 1e6 - lastEnd[std::size_t(w)];
             lastEnd[std::size_t(w)] = steps[s].endNs / 1e6;
+        }
+        if (counted > 0) {
+            ox.push_back(double(s) * run.stepsPerPoint(0));
+            oy.push_back(osMs / counted);
         }
         if (any && elapsed > 0) {
             sx.push_back(double(s) * run.stepsPerPoint(0));
             sy.push_back(std::min(100.0, 100.0 * waited / elapsed));
+            osy.push_back(std::min(100.0, 100.0 * lostToOs / elapsed));
         }
     }
     p->graph(run.workers())->setData(sx, sy, true);
+    p->graph(run.workers() + 1)->setData(ox, oy, true);
+    p->graph(run.workers() + 2)->setData(sx, osy, true);
+    // Async waits are for the bound or the server, not a barrier: no slowest worker to blame.
+    for (int g : {run.workers() + 1, run.workers() + 2}) {
+        p->graph(g)->setVisible(!async);
+        if (async)
+            p->graph(g)->removeFromLegend();
+    }
     p->rescaleAxes();
     p->yAxis2->setRange(0, 100);
 }

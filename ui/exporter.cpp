@@ -42,7 +42,30 @@ bool exportPlot(QCustomPlot *plot, const QString &path, QSize size, double scale
     return ok;
 }
 
-QStringList renderRunImages(const RunDataPtr &run, const QString &dir, QSize size, QString *error)
+std::pair<double, double> stepWindowMs(const RunData &run, std::int64_t from, std::int64_t to)
+{
+    // A step ends at its loss sample; it starts where the step before ended.
+    double start = -1, end = -1;
+    for (int w = 0; w < run.workers(); ++w) {
+        const auto &steps = run.steps(w);
+        const std::int64_t stride = std::max(1, run.stepsPerPoint(w));
+        const auto endOf = [&](std::int64_t s) -> double {
+            const std::int64_t i = s / stride;
+            return s >= 0 && i < std::int64_t(steps.size()) ? steps[std::size_t(i)].endNs : -1.0;
+        };
+        const double a = from <= 0 ? 0.0 : endOf(from - 1), b = endOf(to);
+        if (a >= 0 && (start < 0 || a < start))
+            start = a;
+        if (b >= 0 && b > end)
+            end = b;
+    }
+    if (start < 0 || end <= start)
+        return {-1, -1};
+    return {start / 1e6, end / 1e6};
+}
+
+QStringList renderRunImages(const RunDataPtr &run, const QString &dir, QSize size, QString *error,
+                            std::int64_t fromStep, std::int64_t toStep)
 {
     QStringList written;
     if (!QDir().mkpath(dir)) {
@@ -55,6 +78,14 @@ QStringList renderRunImages(const RunDataPtr &run, const QString &dir, QSize siz
     timeline.setRun(run);
     timeline.setTitle(run->title());
     timeline.fitAll();
+    if (toStep >= fromStep) {
+        const auto [t0, t1] = stepWindowMs(*run, fromStep, toStep);
+        if (t1 > t0) {
+            timeline.setFollowLive(false);
+            timeline.xAxis->setRange(t0, t1);
+            timeline.setTitle(QObject::tr("%1, steps %2 to %3").arg(run->title()).arg(fromStep).arg(toStep));
+        }
+    }
     const QString path = QDir(dir).filePath(QStringLiteral("timeline.png"));
     if (exportPlot(&timeline, path, size, 1.0, error))
         written << path;

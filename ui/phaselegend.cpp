@@ -15,20 +15,22 @@ QSize PhaseLegendItem::minimumOuterSizeHint() const
     const QFontMetrics fm(mParentLegend->font());
     const QSize icon = mParentLegend->iconSize();
     return QSize(icon.width() + mParentLegend->iconTextPadding() +
-                     fm.horizontalAdvance(phaseStyle(m_phase).label) + mMargins.left() +
+                     fm.horizontalAdvance(style().label) + mMargins.left() +
                      mMargins.right(),
                  std::max(icon.height(), fm.height()) + mMargins.top() + mMargins.bottom());
 }
 
 void PhaseLegendItem::draw(QCPPainter *painter)
 {
-    const PhaseStyle &st = phaseStyle(m_phase);
+    const PhaseStyle &st = style();
     const QSize icon = mParentLegend->iconSize();
     const QRectF r = mRect;
     const QRectF iconRect(r.left(), r.top() + (r.height() - icon.height()) / 2.0, icon.width(),
                           icon.height());
     if (m_phase == Phase::Wait || m_phase == Phase::Pause)
         painter->fillRect(iconRect, QColor(0xEE, 0xEE, 0xEE));
+    else if (m_phase == Phase::Count) // off CPU: over a compute colour, as on the timeline
+        painter->fillRect(iconRect, phaseStyle(Phase::Forward).brush);
     painter->fillRect(iconRect, st.brush);
     QPen pen = st.outline;
     pen.setWidthF(std::max(1.0, pen.widthF()));
@@ -40,6 +42,11 @@ void PhaseLegendItem::draw(QCPPainter *painter)
     painter->drawText(QRectF(iconRect.right() + mParentLegend->iconTextPadding(), r.top(),
                              r.width(), r.height()),
                       Qt::AlignLeft | Qt::AlignVCenter, st.label);
+}
+
+const PhaseStyle &PhaseLegendItem::style() const
+{
+    return m_phase == Phase::Count ? offCpuStyle() : phaseStyle(m_phase);
 }
 
 void addPhaseLegend(QCPLegend *legend, const std::vector<Phase> &phases)

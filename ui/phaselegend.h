@@ -18,10 +18,11 @@ protected:
     QSize minimumOuterSizeHint() const override;
 
 private:
-    Phase m_phase;
+    const struct PhaseStyle &style() const;
+    Phase m_phase; // Phase::Count: the off-CPU hatch
 };
 
-// Adds one item per phase that the mode can produce.
+// Adds one item per phase that the mode can produce (Phase::Count: the off-CPU hatch).
 void addPhaseLegend(QCPLegend *legend, const std::vector<Phase> &phases);
 
 } // namespace syncopate

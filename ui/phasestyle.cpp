@@ -26,8 +26,8 @@ const PhaseStyle &phaseStyle(Phase p)
         set(Phase::Recompute, QColor(0xCC, 0x79, 0xA7), "recompute",
             "Checkpointing: recomputing a segment's activations before its backward pass.");
         set(Phase::Wait, QColor(0x80, 0x80, 0x80), "wait",
-            "Stalled: waiting at the barrier for the slowest worker, for the staleness bound, "
-            "or for the parameter server's lock. Time that computes nothing.",
+            "Stalled: time that computes nothing. Sync: at the barrier, waiting for the slowest "
+            "worker. Async: for the staleness bound or the parameter server's lock.",
             Qt::BDiagPattern);
         set(Phase::Reduce, QColor(0x00, 0x9E, 0x73), "reduce",
             "Averaging this worker's slice of all workers' gradients.");
@@ -49,6 +49,23 @@ const PhaseStyle &phaseStyle(Phase p)
         return s;
     }();
     return styles[std::size_t(p < Phase::Count ? p : Phase::Wait)];
+}
+
+const PhaseStyle &offCpuStyle()
+{
+    static const PhaseStyle style = [] {
+        PhaseStyle st;
+        st.color = QColor(0x1A, 0x1A, 0x1A);
+        st.brush = QBrush(st.color, Qt::CrossPattern);
+        st.outline = QPen(st.color, 0);
+        st.label = QStringLiteral("off CPU");
+        st.tooltip = QStringLiteral(
+            "The worker could run but the OS did not run it (more workers than free cores, or other "
+            "programs): measured with the thread's CPU clock inside compute spans, drawn at their end; "
+            "at a barrier, the time after it opened until the worker ran again.");
+        return st;
+    }();
+    return style;
 }
 
 QColor seriesColor(int index)

@@ -21,6 +21,9 @@ struct PhaseStyle {
 };
 
 const PhaseStyle &phaseStyle(Phase p);
+// The hatch over the part of a span the OS did not run the worker (inside compute spans, and
+// at the end of a barrier wait after the barrier opened). Its legend entry is Phase::Count.
+const PhaseStyle &offCpuStyle();
 // A colour per worker or run for line charts (cycles through eight).
 QColor seriesColor(int index);
 // A one-paragraph explanation of a metric, for tooltips.

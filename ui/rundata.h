@@ -52,9 +52,10 @@ public:
     std::uint64_t spanCount() const { return m_trace->spanCount(); }
     int workers() const { return m_config.workers; }
 
-    std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1) const
+    std::vector<std::array<double, std::size_t(Phase::Count)>> phaseTimeIn(double t0, double t1,
+                                                                          std::vector<double> *offCpu = nullptr) const
     {
-        return m_trace->phaseTimeIn(t0, t1);
+        return m_trace->phaseTimeIn(t0, t1, offCpu);
     }
     std::vector<std::pair<double, double>> throughput() const { return m_trace->throughput(); }
     const std::vector<std::uint64_t> &stalenessHistogram() const { return m_trace->stalenessHistogram(); }

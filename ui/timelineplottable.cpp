@@ -85,6 +85,18 @@ void TimelinePlottable::draw(QCPPainter *painter)
                 painter->setBrush(Qt::NoBrush);
                 painter->drawRect(rect.adjusted(0.5, 0.5, -0.5, -0.5));
             }
+            // The part the OS did not run the worker, hatched at the span's end (at a barrier
+            // it is the end; inside compute it is spread, so its share is what is drawn).
+            if (!m_lastDrawnFromSummary && mark.count == 1 && mark.first < m_spans.size()) {
+                const Record &span = m_spans[mark.first];
+                const double off = offCpuNs(span);
+                const double width = (mark.x1 - mark.x0) * off / std::max(1.0, double(span.duration()));
+                if (width >= 1.0) {
+                    const QRectF hatch(std::max(mark.x1 - width, x0), top, std::min(mark.x1, x1) - std::max(mark.x1 - width, x0), height);
+                    if (hatch.width() > 0)
+                        painter->fillRect(hatch, offCpuStyle().brush);
+                }
+            }
         }
     }
 }

@@ -68,6 +68,7 @@ void TimelineView::setRun(RunDataPtr run)
             phases.insert(phases.begin() + 3, Phase::Recompute);
         phases.push_back(Phase::Eval);
         phases.push_back(Phase::Pause);
+        phases.push_back(Phase::Count); // off CPU
     }
     addPhaseLegend(legend, phases);
     placeLegend(!phases.empty());
@@ -227,7 +228,20 @@ QString TimelineView::describeAt(const QPoint &pos) const
         text += tr("<br>pulled version %1").arg(s.value);
     else if (s.phase() == Phase::Reduce)
         text += tr("<br>%1 KiB averaged").arg(s.value / 1024.0, 0, 'f', 1);
-    return text + QStringLiteral("<br><i>") + st.tooltip + QStringLiteral("</i>");
+    const double offMs = offCpuNs(s) / 1e6;
+    if (offMs > 0 && s.phase() == Phase::Wait)
+        text += tr("<br>resumed %1 ms after the barrier opened: the OS had not run it")
+                    .arg(offMs, 0, 'f', 3);
+    else if (offMs > 0)
+        text += tr("<br>%1 ms of it off the CPU (%2%): the OS ran something else")
+                    .arg(offMs, 0, 'f', 3)
+                    .arg(100.0 * offMs * 1e6 / std::max(1.0, double(s.duration())), 0, 'f', 0);
+    QString help = st.tooltip;
+    if (s.phase() == Phase::Wait)
+        help = m_run->config().async()
+                   ? tr("Stalled: waiting for the staleness bound or the parameter server's lock.")
+                   : tr("Stalled at the barrier, waiting for the slowest worker.");
+    return text + QStringLiteral("<br><i>") + help + QStringLiteral("</i>");
 }
 
 QString TimelineView::summarizeRange(double t0Ms, double t1Ms) const
@@ -235,8 +249,9 @@ QString TimelineView::summarizeRange(double t0Ms, double t1Ms) const
     if (!m_run || t1Ms <= t0Ms)
         return {};
     std::vector<std::array<double, std::size_t(Phase::Count)>> shares;
+    std::vector<double> offCpu;
     try {
-        shares = m_run->phaseTimeIn(t0Ms * 1e6, t1Ms * 1e6);
+        shares = m_run->phaseTimeIn(t0Ms * 1e6, t1Ms * 1e6, &offCpu);
     } catch (const StoreError &e) {
         return QString::fromStdString(e.what());
     }
@@ -251,12 +266,13 @@ QString TimelineView::summarizeRange(double t0Ms, double t1Ms) const
         for (Phase p : {Phase::Data, Phase::Forward, Phase::Backward, Phase::Reduce, Phase::Apply,
                         Phase::Push, Phase::Pull, Phase::Eval})
             busy += a[std::size_t(p)];
-        text += tr("  w%1 busy %2% wait %3% recompute %4% delay %5%;")
+        text += tr("  w%1 busy %2% wait %3% recompute %4% delay %5% off CPU %6%;")
                     .arg(w)
                     .arg(100 * busy / total, 0, 'f', 0)
                     .arg(100 * wait / total, 0, 'f', 0)
                     .arg(100 * recompute / total, 0, 'f', 0)
-                    .arg(100 * delay / total, 0, 'f', 0);
+                    .arg(100 * delay / total, 0, 'f', 0)
+                    .arg(100 * offCpu[w] / total, 0, 'f', 0);
     }
     text.chop(1);
     return text;
