@@ -226,11 +226,12 @@ private:
     std::int64_t m_spanWall = 0, m_spanCpu = 0;
 };
 
-// Phases whose span value is the time the thread was descheduled inside it (host compute).
+// Phases whose span value is the time the thread was descheduled inside it: the host compute
+// of a step (data, forward, backward, recompute run back to back and share CPU clock reads;
+// the short apply after the barrier is left out, two system calls for little time).
 constexpr bool carriesDescheduled(Phase p)
 {
-    return p == Phase::Data || p == Phase::Forward || p == Phase::Backward || p == Phase::Recompute ||
-           p == Phase::Apply;
+    return p == Phase::Data || p == Phase::Forward || p == Phase::Backward || p == Phase::Recompute;
 }
 
 // The ns of a span the worker could run and the OS did not run it: off the CPU inside a

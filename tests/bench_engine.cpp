@@ -155,10 +155,11 @@ void spanCost()
     for (int i = 0; i < n; ++i)
         last = rec.spanToNow(Phase::Forward, std::uint32_t(i), last);
     const double t = seconds(a, Clock::now());
-    // A span on its own (ScopedSpan): two clock reads.
+    // A span on its own (ScopedSpan): two clock reads. (Reduce: a compute phase would add its
+    // CPU clock reads, reported apart.)
     const auto a2 = Clock::now();
     for (int i = 0; i < n; ++i) {
-        ScopedSpan s(&rec, Phase::Backward, std::uint32_t(i));
+        ScopedSpan s(&rec, Phase::Reduce, std::uint32_t(i));
     }
     const double tScoped = seconds(a2, Clock::now());
     done = true;
@@ -168,10 +169,17 @@ void spanCost()
     for (int i = 0; i < n; ++i)
         sink = sink + clock.now();
     const double clockOnly = seconds(b, Clock::now());
+    // The thread's CPU clock, which compute spans read to tell time off the CPU (a system call).
+    const int m = 200'000;
+    const auto c = Clock::now();
+    for (int i = 0; i < m; ++i)
+        sink = sink + Recorder::threadCpuNs();
+    const double cpuClock = seconds(c, Clock::now()) / m;
     std::printf("recording\n");
     std::printf("  back-to-back span (one clock read + ring push) %6.1f ns\n", t / n * 1e9);
     std::printf("  one ScopedSpan (two clock reads + ring push)  %6.1f ns\n", tScoped / n * 1e9);
     std::printf("  of which one clock read                        %6.1f ns\n", clockOnly / n * 1e9);
+    std::printf("  thread CPU clock read (compute spans, ~4/step) %6.1f ns\n", cpuClock * 1e9);
     std::printf("  collector: row file + summaries per record     %6.1f ns\n",
                 double(collectNs.load()) / double(std::max<std::int64_t>(1, collected.load())));
     std::printf("span_ns=%.1f\n\n", t / n * 1e9);
@@ -185,12 +193,12 @@ void tracingOverhead()
     nlohmann::json c = {{"mode", "sync"},
                         {"workers", 2},
                         {"model", {{"layers", {32, 256, 256, 10}}}},
-                        {"train", {{"steps", 400}, {"batch", 64}}},
+                        {"train", {{"steps", 1000}, {"batch", 64}}},
                         {"eval", {{"samples", 0}}}};
     PreparedRun p = prepareRun(c);
-    std::vector<double> on, off;
-    for (int rep = 0; rep < 5; ++rep)
-        for (bool tracing : {true, false}) {
+    std::vector<double> on, off, ratios;
+    for (int rep = 0; rep < 9; ++rep)
+        for (bool tracing : {rep % 2 == 0, rep % 2 != 0}) {
             Engine e(p.config, p.train, p.eval);
             e.setTracing(tracing);
             const std::string dir = "/tmp/syncopate-bench-trace-" + std::to_string(::getpid());
@@ -201,14 +209,21 @@ void tracingOverhead()
             e.wait();
             (tracing ? on : off).push_back(double(e.elapsedNs()) / 1e9);
             std::filesystem::remove_all(dir);
+            if (on.size() == off.size())
+                ratios.push_back(on.back() / off.back());
         }
+    // Each pair ran back to back (in alternating order), so a ratio sees one state of the
+    // machine; the median of the ratios is what tracing costs, with the spread beside it.
     std::sort(on.begin(), on.end());
     std::sort(off.begin(), off.end());
+    std::sort(ratios.begin(), ratios.end());
     const double a = on[on.size() / 2], b = off[off.size() / 2];
-    std::printf("tracing: 2 workers, 32-256-256-10, batch 64, 400 steps, median of 5 each\n");
-    std::printf("  spans recorded and streamed  %8.3f s\n", a);
-    std::printf("  counters only                %8.3f s\n", b);
-    std::printf("tracing_overhead=%.4f\n\n", a / b);
+    std::printf("tracing: 2 workers, 32-256-256-10, batch 64, 1000 steps, 9 pairs\n");
+    std::printf("  spans recorded and streamed  %8.3f s (median)\n", a);
+    std::printf("  counters only                %8.3f s (median)\n", b);
+    std::printf("  ratio per pair: min %.4f, median %.4f, max %.4f\n", ratios.front(),
+                ratios[ratios.size() / 2], ratios.back());
+    std::printf("tracing_overhead=%.4f\n\n", ratios[ratios.size() / 2]);
 }
 
 void modes()
