@@ -222,6 +222,8 @@ int commandRun(const std::vector<std::string> &args)
     PreparedRun prepared = prepareRun(flat);
     if (outDir.empty())
         outDir = defaultOutDir();
+    if (const std::string w = oversubscriptionWarning(prepared.config, coreBudget()); !w.empty())
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
 
     Engine engine(prepared.config, prepared.train, prepared.eval);
     engine.setOutputDirectory(outDir);

@@ -1,9 +1,14 @@
 #include "session.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
+#include <thread>
 
 #ifndef SYNCOPATE_SOURCE_PRESETS
 #define SYNCOPATE_SOURCE_PRESETS ""
@@ -84,6 +89,41 @@ PreparedRun prepareRun(const nlohmann::json &input)
     run.eval = loadEvalData(run.config);
     fitModelToData(run.config, *run.train, run.eval.get());
     return run;
+}
+
+int CoreBudget::free() const
+{
+    return std::clamp(cpus - int(std::lround(load)), 1, std::max(1, cpus));
+}
+
+CoreBudget coreBudget()
+{
+    CoreBudget b;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    b.cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set))
+                                                        : int(std::max(1u, std::thread::hardware_concurrency()));
+    double loads[1] = {0};
+    if (getloadavg(loads, 1) == 1 && std::isfinite(loads[0]))
+        b.load = std::max(0.0, loads[0]);
+    return b;
+}
+
+std::string oversubscriptionWarning(const RunConfig &config, const CoreBudget &cores)
+{
+    // GPU workers' host threads mostly wait for their streams; CPU workers each want a core.
+    if (config.device != "cpu")
+        return {};
+    const int free = cores.free();
+    if (config.workers <= free)
+        return {};
+    char load[32];
+    std::snprintf(load, sizeof load, "%.1f", cores.load);
+    return std::to_string(config.workers) + " workers on " + std::to_string(free) + " free core" +
+           (free == 1 ? "" : "s") + " (" + std::to_string(cores.cpus) + " CPUs, load " + load +
+           "): the OS will take turns running them, and the time a worker waits for one that is not "
+           "running shows as stalls (hatched off CPU on the timeline). " + std::to_string(free) +
+           " worker" + (free == 1 ? "" : "s") + " would fit.";
 }
 
 } // namespace syncopate

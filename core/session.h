@@ -35,4 +35,16 @@ struct PreparedRun {
 // Validates and loads the data. Throws ConfigError or DataError; nothing is written.
 PreparedRun prepareRun(const nlohmann::json &input);
 
+// The cores this process may run on (its affinity mask) and how many of them other programs
+// keep busy (the 1-minute load average, rounded), read now.
+struct CoreBudget {
+    int cpus = 1;
+    double load = 0;
+    int free() const;
+};
+CoreBudget coreBudget();
+// Empty when the workers fit the free cores; else a warning (not an error: the run goes on)
+// that says how many fit and what exceeding them will look like.
+std::string oversubscriptionWarning(const RunConfig &config, const CoreBudget &cores);
+
 } // namespace syncopate

@@ -12,6 +12,7 @@ class TestConfig : public QObject {
     Q_OBJECT
 private Q_SLOTS:
     void defaultsResolve();
+    void oversubscriptionIsSaid();
     void errors_data();
     void errors();
     void assignments();
@@ -163,6 +164,26 @@ void TestConfig::deviceSpecs()
     QVERIFY(parseConfig(c.toJson()).tf32);
     // "device" is the spec string, so tf32 is written dotted, never nested under it.
     QVERIFY_THROWS_EXCEPTION(ConfigError, parseConfig(json{{"device", {{"tf32", true}}}}));
+}
+
+// More CPU workers than free cores: said (with how many fit), never an error; GPU workers and
+// workers that fit are not.
+void TestConfig::oversubscriptionIsSaid()
+{
+    RunConfig c = parseConfig(nlohmann::json{{"workers", 4}});
+    const std::string w = oversubscriptionWarning(c, CoreBudget{2, 0.2});
+    QVERIFY2(w.find("4 workers on 2 free cores (2 CPUs, load 0.2)") != std::string::npos, w.c_str());
+    QVERIFY2(w.find("2 workers would fit") != std::string::npos, w.c_str());
+    QVERIFY(oversubscriptionWarning(c, CoreBudget{4, 0.0}).empty());
+    // Other programs keep cores busy: a load of 2.6 on 4 CPUs leaves 1.
+    const std::string busy = oversubscriptionWarning(c, CoreBudget{4, 2.6});
+    QVERIFY2(busy.find("on 1 free core (") != std::string::npos && busy.find("1 worker would fit") != std::string::npos,
+             busy.c_str());
+    QCOMPARE(CoreBudget({2, 9.0}).free(), 1); // never fewer than one
+    c.device = "cuda";
+    QVERIFY(oversubscriptionWarning(c, CoreBudget{1, 0.0}).empty());
+    const CoreBudget here = coreBudget();
+    QVERIFY(here.cpus >= 1 && here.load >= 0);
 }
 
 QTEST_APPLESS_MAIN(TestConfig)

@@ -5,6 +5,7 @@
 #include "experimentform.h"
 #include "gpubackend.h"
 #include "mainwindow.h"
+#include "session.h"
 #include "runcontroller.h"
 #include "timelineplottable.h"
 #include "timelineview.h"
@@ -36,6 +37,8 @@ private Q_SLOTS:
     void missingGpuMarksTheDeviceField();
     void openRunShowsItAgain();
     void unwritableRunsFolderOffersAnother();
+    void slowdownFollowsTheWorkerCount();
+    void newRunFollowsLive();
     void runCanBeSavedElsewhere();
     void presentationModeScalesFonts();
 
@@ -162,7 +165,10 @@ void TestMainWindow::runsAPresetToTheEnd()
     QVERIFY(run->spanCount() > 4u * 30u * 6u);
     QVERIFY(!run->directory().isEmpty());
     QVERIFY(QFile::exists(run->directory() + QStringLiteral("/trace.json")));
-    QVERIFY(w.bannerText().isEmpty());
+    // No error; on a machine with fewer free cores than workers, the note that says so.
+    const std::string note = oversubscriptionWarning(run->config(), coreBudget());
+    QVERIFY2(w.bannerText().isEmpty() || (!note.empty() && w.bannerText().contains(QStringLiteral("would fit"))),
+             qPrintable(w.bannerText()));
     // Every chart that applies to sync has data.
     QVERIFY(w.charts()->lossPlot()->graph(0)->dataCount() >= 30);
     QVERIFY(w.charts()->stallPlot()->graph(0)->dataCount() >= 30);
@@ -324,6 +330,37 @@ void TestMainWindow::runCanBeSavedElsewhere()
     QCOMPARE(QDir(copy).entryList(QDir::Files), files);
     QVERIFY(w.openRun(copy));
     QCOMPARE(w.runs().back()->spanCount(), w.runs()[w.runs().size() - 2]->spanCount());
+}
+
+// Changing the worker count pads the slowdown list with 1 or trims it, instead of leaving a
+// list the start would refuse.
+void TestMainWindow::slowdownFollowsTheWorkerCount()
+{
+    MainWindow &w = *m_window;
+    auto *workers = qobject_cast<QSpinBox *>(w.form()->field(QStringLiteral("workers")));
+    auto *slowdown = qobject_cast<QLineEdit *>(w.form()->field(QStringLiteral("workers_slowdown")));
+    QVERIFY(workers && slowdown);
+    workers->setValue(4);
+    slowdown->setText(QStringLiteral("1, 1, 1, 3"));
+    workers->setValue(6);
+    QCOMPARE(slowdown->text(), QStringLiteral("1, 1, 1, 3, 1, 1"));
+    workers->setValue(3);
+    QCOMPARE(slowdown->text(), QStringLiteral("1, 1, 1"));
+    QVERIFY(w.form()->toJson().dump().find("\"workers_slowdown\":[1.0,1.0,1.0]") != std::string::npos);
+    slowdown->clear();
+    workers->setValue(4);
+    QVERIFY(slowdown->text().isEmpty());
+}
+
+// A run started after the view was zoomed (Follow Live off) still follows live.
+void TestMainWindow::newRunFollowsLive()
+{
+    MainWindow &w = *m_window;
+    w.timeline()->setFollowLive(false);
+    QVERIFY(!w.timeline()->followLive());
+    QVERIFY(runWith(w, QStringLiteral("default"), 5));
+    QVERIFY(w.timeline()->followLive());
+    QVERIFY(w.timeline()->xAxis->range().upper > 0.01);
 }
 
 void TestMainWindow::presentationModeScalesFonts()

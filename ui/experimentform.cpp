@@ -1,5 +1,7 @@
 #include "experimentform.h"
 
+#include <QScopedValueRollback>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -124,6 +126,7 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     auto *workers = intSpin(1, 256);
     addField(run, "workers", workers, tr("Workers"));
     connect(workers, &QSpinBox::valueChanged, this, &ExperimentForm::workersChanged);
+    connect(workers, &QSpinBox::valueChanged, this, &ExperimentForm::fitSlowdownToWorkers);
     // Editable: "cuda:0,2" picks GPUs. The list stays short so that opening the form does not
     // load the CUDA backend; syncopate-cli devices lists what is there.
     auto *device = new QComboBox;
@@ -289,6 +292,8 @@ nlohmann::json ExperimentForm::toJson() const
 
 void ExperimentForm::setFromJson(const nlohmann::json &config)
 {
+    // The config's own slowdown list comes with its worker count: nothing to fit.
+    const QScopedValueRollback<bool> loading(m_loading, true);
     nlohmann::json flat;
     try {
         flat = flattenConfig(config.is_object() ? config : nlohmann::json::object());
@@ -356,6 +361,31 @@ void ExperimentForm::showLoadedFrom(const QString &path)
 
 QString ExperimentForm::presetName() const { return m_preset->currentData().toString(); }
 QString ExperimentForm::presetText() const { return m_presetText->text(); }
+
+void ExperimentForm::fitSlowdownToWorkers(int workers)
+{
+    // A list of slowdowns for another worker count would be refused at the start: padded with
+    // 1 (a worker at full speed) or trimmed, and said.
+    QLineEdit *e = lineEditOf(m_fields.value(QStringLiteral("workers_slowdown")));
+    if (m_loading || !e || e->text().trimmed().isEmpty())
+        return;
+    QStringList parts = e->text().split(QLatin1Char(','), Qt::SkipEmptyParts);
+    for (QString &p : parts)
+        p = p.trimmed();
+    const auto had = parts.size();
+    if (had == workers || workers < 1)
+        return;
+    while (parts.size() < workers)
+        parts << QStringLiteral("1");
+    QStringList dropped;
+    while (parts.size() > workers)
+        dropped.prepend(parts.takeLast());
+    e->setText(parts.join(QStringLiteral(", ")));
+    Q_EMIT noteChanged(dropped.isEmpty()
+                           ? tr("Slowdown per worker padded with 1 for the %n new worker(s)", nullptr, int(workers - had))
+                           : tr("Slowdown per worker trimmed to %n worker(s) (dropped %1)", nullptr, workers)
+                                 .arg(dropped.join(QStringLiteral(", "))));
+}
 
 void ExperimentForm::markErrors(const QStringList &fields)
 {

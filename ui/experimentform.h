@@ -36,13 +36,17 @@ public:
 Q_SIGNALS:
     void presetChosen(const QString &name, const QString &description);
     void workersChanged(int workers);
+    // Something the form changed by itself and the user should know (for the status bar).
+    void noteChanged(const QString &text);
 
 private:
     void addField(QFormLayout *form, const char *key, QWidget *widget, const QString &label);
     QWidget *browseRow(const char *key, const QString &filter);
     void applyPreset(int index);
+    void fitSlowdownToWorkers(int workers);
 
     QComboBox *m_preset;
+    bool m_loading = false; // setFromJson is filling the fields
     QLabel *m_presetText;
     std::vector<Preset> m_presets;
     QHash<QString, QWidget *> m_fields;

@@ -1,5 +1,7 @@
 #include "mainwindow.h"
 
+#include "session.h"
+
 #include "charts.h"
 #include "experimentform.h"
 #include "exporter.h"
@@ -178,6 +180,9 @@ void MainWindow::createDocks()
     formDock->setWidget(formPage);
     formPage->setMinimumWidth(360);
     addDockWidget(Qt::LeftDockWidgetArea, formDock);
+    connect(m_form, &ExperimentForm::noteChanged, this, [this](const QString &text) {
+        statusBar()->showMessage(text, 8000);
+    });
     connect(m_form, &ExperimentForm::workersChanged, this, [this](int n) {
         if (!m_controller->isRunning())
             rebuildWorkerControls(n, false);
@@ -374,7 +379,15 @@ bool MainWindow::startRun()
         return false;
     hideBanner();
     const QString label = tr("run %1").arg(m_runs.size() + 1);
-    return m_controller->start(m_form->toJson(), label, m_settings.runsFolder);
+    if (!m_controller->start(m_form->toJson(), label, m_settings.runsFolder))
+        return false;
+    // Not an error: the run goes on, but what it shows depends on it.
+    if (const RunDataPtr run = m_controller->run()) {
+        const std::string warning = oversubscriptionWarning(run->config(), coreBudget());
+        if (!warning.empty())
+            showBanner(QString::fromStdString(warning).toHtmlEscaped(), false);
+    }
+    return true;
 }
 
 void MainWindow::onRunStarted(const RunDataPtr &run)
@@ -382,7 +395,10 @@ void MainWindow::onRunStarted(const RunDataPtr &run)
     m_settings.lastExperiment = QString::fromStdString(m_form->toJson().dump());
     addRunToList(run); // listed while it runs, its state updated when it ends
     showRun(run);
-    m_timeline->setFollowLive(m_followAction->isChecked());
+    // A new run always starts following live, whatever zoom the last one was left at (else it
+    // would open on a range it has no spans in yet).
+    m_followAction->setChecked(true);
+    m_timeline->setFollowLive(true);
     m_progress->setRange(0, 0); // indeterminate until the first step is done
     rebuildWorkerControls(run->workers(), true);
     updateActions();
@@ -403,6 +419,8 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
 {
     m_progress->setRange(0, 1000);
     m_progress->setValue(run->state == RunState::Finished ? 1000 : m_progress->value());
+    // Nothing remains of an ended run: say what it took instead.
+    m_timeLabel->setText(tr("took %1").arg(formatSeconds(run->summary.value("wall_s", 0.0))));
     if (const auto it = std::find(m_runs.begin(), m_runs.end(), run); it != m_runs.end()) {
         QListWidgetItem *item = m_runList->item(int(it - m_runs.begin()));
         const QSignalBlocker block(m_runList);
