@@ -348,7 +348,8 @@ const std::vector<ConfigKey> &configKeys()
          "Seed of data generation, shuffling, initial parameters and jitter."},
         {"async.max_staleness", KeyType::Int, "-1", -1, 1e6, {},
          "Stale-synchronous bound s: no worker starts a step more than s steps ahead of the "
-         "slowest; -1 = unbounded, 0 = every worker waits for all others."},
+         "slowest; -1 = unbounded, 0 = every worker waits for all others. It bounds running "
+         "ahead, not staleness: with N workers an update can be up to (s + 1)(N - 1) versions old."},
         {"async.staleness_lr", KeyType::Bool, "false", -kInf, kInf, {},
          "Scale each update's learning rate by 1 / max(1, staleness)."},
         {"workers_slowdown", KeyType::NumberArray, "[]", 1, 1000, {},

@@ -542,6 +542,47 @@ void ChartsWidget::fillStaleness()
     p->yAxis->setRange(0, most * 1.12);
     QCPAxis *ty = timeRect->axis(QCPAxis::atLeft);
     ty->setRange(-0.5, ty->range().upper + 1);
+
+    // The staleness bound s limits how far a worker runs ahead of the slowest (at most s
+    // steps), not staleness itself: an update can be (s + 1)(N - 1) versions old. Drawn on both
+    // sides so that the figures and the preset's text agree.
+    for (int i = p->itemCount() - 1; i >= 0; --i)
+        if (p->item(i)->objectName() == QLatin1String("bound"))
+            p->removeItem(i);
+    const RunConfig &c = run.config();
+    if (c.async() && c.maxStaleness >= 0) {
+        const double bound = double(c.maxStaleness + 1) * double(c.workers - 1);
+        const QPen pen(QColor(0xD5, 0x5E, 0x00), 1.5 * m_scale, Qt::DashLine);
+        auto *v = new QCPItemStraightLine(p);
+        v->setObjectName(QStringLiteral("bound"));
+        v->setClipAxisRect(p->axisRect(0));
+        v->point1->setAxes(p->xAxis, p->yAxis);
+        v->point2->setAxes(p->xAxis, p->yAxis);
+        v->point1->setCoords(bound, 0);
+        v->point2->setCoords(bound, 1);
+        v->setPen(pen);
+        auto *h = new QCPItemStraightLine(p);
+        h->setObjectName(QStringLiteral("bound"));
+        h->setClipAxisRect(timeRect);
+        h->point1->setAxes(timeRect->axis(QCPAxis::atBottom), ty);
+        h->point2->setAxes(timeRect->axis(QCPAxis::atBottom), ty);
+        h->point1->setCoords(0, bound);
+        h->point2->setCoords(1, bound);
+        h->setPen(pen);
+        auto *label = new QCPItemText(p);
+        label->setObjectName(QStringLiteral("bound"));
+        label->setClipAxisRect(timeRect);
+        label->position->setAxes(timeRect->axis(QCPAxis::atBottom), ty);
+        label->position->setAxisRect(timeRect);
+        label->position->setTypeX(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords(0.02, bound);
+        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+        label->setColor(pen.color());
+        label->setFont(p->xAxis->labelFont());
+        label->setText(tr("bound: (s + 1)(N - 1) = (%1 + 1)(%2 - 1) = %3").arg(c.maxStaleness).arg(c.workers).arg(bound));
+        p->xAxis->setRange(-0.7, std::max(p->xAxis->range().upper, bound + 1));
+        ty->setRange(-0.5, std::max(ty->range().upper, bound + 1));
+    }
 }
 
 void ChartsWidget::fillMemory()
