@@ -4,6 +4,7 @@
 #include "gpubackend.h"
 #include "rundata.h"
 #include "session.h"
+#include "settings.h"
 
 #include <QApplication>
 #include <QDir>
@@ -143,6 +144,7 @@ bool writeImages(const std::string &dir, std::int64_t fromStep, std::int64_t toS
 {
     if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") && !std::getenv("QT_QPA_PLATFORM"))
         setenv("QT_QPA_PLATFORM", "offscreen", 1);
+    prepareRuntimeDirectory();
     static int argc = 1;
     static char name[] = "syncopate-cli";
     static char *argv[] = {name, nullptr};

@@ -1,6 +1,7 @@
 // syncopate: the desktop app.
 #include "mainwindow.h"
 #include "runcontroller.h"
+#include "settings.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -10,6 +11,7 @@ using namespace syncopate;
 
 int main(int argc, char **argv)
 {
+    prepareRuntimeDirectory();
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("syncopate"));
     QApplication::setOrganizationName(QStringLiteral("Syncopate"));

@@ -113,6 +113,10 @@ void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
     plot->yAxis->setLabel(yLabel);
     plot->legend->setVisible(true);
     plot->legend->setBrush(QColor(255, 255, 255, 220));
+    // Columns of at most nine entries: sixteen workers make two columns, not a list taller
+    // than the plot.
+    plot->legend->setFillOrder(QCPLayoutGrid::foRowsFirst);
+    plot->legend->setWrap(9);
     plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
     plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
 }
@@ -352,7 +356,7 @@ void ChartsWidget::fillLoss()
                 x.push_back(key);
                 y.push_back(pt.value);
             }
-            graph(tr("worker %1").arg(w), seriesColor(w), 1.2, Qt::SolidLine)->setData(x, smooth(y, window), true);
+            graph(tr("worker %1").arg(w), seriesColor(w), 1.2, seriesStyle(w))->setData(x, smooth(y, window), true);
         }
         // Held-out loss as dots, recorded by whichever worker completed that evaluation.
         QVector<double> ex, ey;
@@ -394,7 +398,7 @@ void ChartsWidget::fillStalls()
         for (int w = 0; w < run.workers(); ++w) {
             QCPGraph *g = p->addGraph();
             g->setName(tr("worker %1").arg(w));
-            g->setPen(QPen(seriesColor(w), 1.2 * m_scale));
+            g->setPen(QPen(seriesColor(w), 1.2 * m_scale, seriesStyle(w)));
         }
         QCPGraph *share = p->addGraph(p->xAxis, p->yAxis2);
         share->setName(tr("share of time lost (right axis)"));
@@ -404,7 +408,7 @@ void ChartsWidget::fillStalls()
         QCPGraph *os = p->addGraph();
         os->setName(tr("of which waiting for the OS (mean)"));
         os->setPen(QPen(QColor(0x1A, 0x1A, 0x1A), 1.0 * m_scale));
-        os->setBrush(QBrush(QColor(0x1A, 0x1A, 0x1A), Qt::CrossPattern));
+        os->setBrush(QBrush(QColor(0x1A, 0x1A, 0x1A, 120), Qt::CrossPattern));
         QCPGraph *osShare = p->addGraph(p->xAxis, p->yAxis2);
         osShare->setName(tr("share lost to the OS (right axis)"));
         osShare->setPen(QPen(QColor(0x1A, 0x1A, 0x1A), 2 * m_scale, Qt::DotLine));
@@ -509,7 +513,7 @@ void ChartsWidget::fillStaleness()
             QCPGraph *g = p->addGraph(tx, ty);
             g->setName(tr("worker %1 over time").arg(w));
             g->setLineStyle(QCPGraph::lsNone);
-            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, seriesColor(w), 5 * m_scale));
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ScatterShape(seriesShape(w)), seriesColor(w), 5 * m_scale));
         }
     } else {
         bars = qobject_cast<QCPBars *>(p->plottable(0));

@@ -10,6 +10,8 @@
 #include "timelineview.h"
 
 #include <QApplication>
+#include <QGuiApplication>
+#include <QScreen>
 #include <QClipboard>
 #include <QCloseEvent>
 #include <QDialog>
@@ -139,9 +141,10 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     });
     connect(m_timeline, &TimelineView::followLiveChanged, m_followAction, &QAction::setChecked);
 
+    m_defaultState = saveState(AppSettings::kLayoutVersion); // what View > Reset Layout restores
     QSettings qs;
     m_settings.load(qs);
-    resize(1500, 950);
+    resize(defaultSize());
     if (!m_settings.windowGeometry.isEmpty())
         restoreGeometry(m_settings.windowGeometry);
     if (!m_settings.windowState.isEmpty())
@@ -280,7 +283,38 @@ void MainWindow::createActions()
     for (QDockWidget *d : findChildren<QDockWidget *>())
         view->addAction(d->toggleViewAction());
 
+    view->addSeparator();
+    view->addAction(tr("&Reset Layout"), this, &MainWindow::resetLayout);
+
     QMenu *help = menuBar()->addMenu(tr("&Help"));
+    QAction *metrics = help->addAction(tr("What the &Views Show"), this, [this] {
+        QString text;
+        for (const auto &[key, name] : {std::pair{"timeline", tr("Timeline")}, {"off cpu", tr("Off CPU")},
+                                        {"loss", tr("Loss")}, {"stalls", tr("Stalls")},
+                                        {"staleness", tr("Staleness")}, {"memory", tr("Activation memory")},
+                                        {"throughput", tr("Throughput")}})
+            text += QStringLiteral("<p><b>%1</b>: %2</p>").arg(name, metricHelp(QString::fromLatin1(key)).toHtmlEscaped());
+        QMessageBox box(QMessageBox::Information, tr("What the views show"), text, QMessageBox::Close, this);
+        box.setTextFormat(Qt::RichText);
+        box.exec();
+    });
+    metrics->setShortcut(QKeySequence::HelpContents);
+    help->addAction(tr("&Keyboard Shortcuts"), this, [this] {
+        QString rows;
+        for (QAction *a : findChildren<QAction *>())
+            if (!a->shortcut().isEmpty() && !a->text().isEmpty())
+                rows += QStringLiteral("<tr><td>%1</td><td>&nbsp;&nbsp;%2</td></tr>")
+                            .arg(a->shortcut().toString(QKeySequence::NativeText).toHtmlEscaped(),
+                                 QString(a->text()).remove(QLatin1Char('&')).toHtmlEscaped());
+        QMessageBox box(QMessageBox::Information, tr("Keyboard shortcuts"),
+                        QStringLiteral("<table>%1</table><p>%2</p>")
+                            .arg(rows, tr("Timeline: wheel zooms around the cursor, drag pans, Shift+drag "
+                                          "summarises a range, double-click fits.")),
+                        QMessageBox::Close, this);
+        box.setTextFormat(Qt::RichText);
+        box.exec();
+    });
+    help->addSeparator();
     help->addAction(tr("&About Syncopate"), this, [this] {
         QMessageBox::about(this, tr("About Syncopate"),
                            tr("<b>Syncopate</b> %1<br>A lab for distributed training: watch what "
@@ -464,6 +498,24 @@ void MainWindow::onRunFailed(const QString &message, const QStringList &fields)
     m_form->markErrors(fields);
 }
 
+QSize MainWindow::defaultSize() const
+{
+    // 1500x950 where the screen has room, else most of it (a 1280x720 projector).
+    const QScreen *screen = this->screen() ? this->screen() : QGuiApplication::primaryScreen();
+    const QRect avail = screen ? screen->availableGeometry() : QRect(0, 0, 1500, 950);
+    return QSize(std::min(1500, int(avail.width() * 0.95)), std::min(950, int(avail.height() * 0.92)));
+}
+
+void MainWindow::resetLayout()
+{
+    restoreState(m_defaultState, AppSettings::kLayoutVersion);
+    for (QDockWidget *d : findChildren<QDockWidget *>())
+        d->show();
+    if (!isMaximized() && !isFullScreen())
+        resize(defaultSize());
+    statusBar()->showMessage(tr("Layout reset"), 3000);
+}
+
 bool MainWindow::chooseRunsFolder()
 {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Folder for run directories"), m_settings.runsFolder);
@@ -574,7 +626,11 @@ void MainWindow::updateActions()
 void MainWindow::setPresentationMode(bool on)
 {
     QFont f = m_baseFont;
-    const double scale = on ? 1.6 : 1.0;
+    // Larger by the screen's height: 1.15 on a 1280x720 projector (so that the form still
+    // fits), up to 1.6 on 1080 logical pixels and more (a 3840x2160 screen at ratio 2).
+    const QScreen *screen = this->screen() ? this->screen() : QGuiApplication::primaryScreen();
+    const double height = screen ? screen->availableGeometry().height() : 1080.0;
+    const double scale = on ? std::clamp(1.6 * height / 1040.0, 1.15, 1.6) : 1.0;
     f.setPointSizeF(m_baseFont.pointSizeF() * scale);
     QApplication::setFont(f);
     m_timeline->setFont(f);
@@ -591,7 +647,12 @@ void MainWindow::setPresentationMode(bool on)
     }
     // Larger text needs a wider form, or its fields are cut.
     if (!left.isEmpty())
-        resizeDocks(left, QList<int>(left.size(), int(380 * scale)), Qt::Horizontal);
+        resizeDocks(left, QList<int>(left.size(), int(std::min(380 * scale, width() * 0.34))), Qt::Horizontal);
+    // Most of the height to the form (its fields are what a class reads), the rest shared.
+    if (left.size() == 3) {
+        const int h = this->height();
+        resizeDocks(left, {int(h * 0.62), int(h * 0.2), int(h * 0.18)}, Qt::Vertical);
+    }
     menuBar()->setFont(f);
     statusBar()->setFont(f);
     m_timeline->setPresentationScale(scale);

@@ -45,6 +45,8 @@ public:
     bool saveRunElsewhere(const QString &target = {});
     // Asks for the folder new runs are written into (offered when the current one is unwritable).
     bool chooseRunsFolder();
+    // View > Reset Layout: the docks and toolbar as on a first start, the window's default size.
+    void resetLayout();
     bool openRun(const QString &dir);
     void setPresentationMode(bool on);
     // Exports the timeline or a chart (by name: timeline, loss, stalls, ...) to path.
@@ -94,6 +96,8 @@ private:
     RunDataPtr m_shown;
     QFont m_baseFont;
     int m_chartTick = 0;
+    QSize defaultSize() const;
+    QByteArray m_defaultState;
 };
 
 } // namespace syncopate

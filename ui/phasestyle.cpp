@@ -1,6 +1,7 @@
 #include "phasestyle.h"
 
 #include <QHash>
+#include <qcustomplot.h>
 
 #include <array>
 
@@ -68,6 +69,19 @@ const PhaseStyle &offCpuStyle()
     return style;
 }
 
+Qt::PenStyle seriesStyle(int index)
+{
+    static const Qt::PenStyle styles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
+    return styles[(index / 8) % 4];
+}
+
+int seriesShape(int index)
+{
+    static const int shapes[] = {QCPScatterStyle::ssDisc, QCPScatterStyle::ssSquare,
+                                 QCPScatterStyle::ssTriangle, QCPScatterStyle::ssDiamond};
+    return shapes[(index / 8) % 4];
+}
+
 QColor seriesColor(int index)
 {
     static const QColor colors[] = {QColor(0x00, 0x72, 0xB2), QColor(0xD5, 0x5E, 0x00),
@@ -88,11 +102,20 @@ QString metricHelp(const QString &metric)
                         "sync mode every worker waits at the barrier for the slowest at every "
                         "step; in async mode a worker waits only for the parameter server's lock "
                         "and, under a staleness bound, for the slowest worker. The dashed line is "
-                        "the share of all worker time lost.")},
+                        "the share of all worker time lost. Hatched: the part spent waiting for "
+                        "a worker the OS was not running (more workers than free cores), with its "
+                        "share as the dotted line: time lost to the machine, not to the mode.")},
+        {QStringLiteral("off cpu"),
+         QStringLiteral("Off CPU: time a worker could run but the OS did not run it. Compute "
+                        "spans read the thread's CPU clock beside the wall clock; a barrier wait "
+                        "knows when the barrier opened and when the worker ran again. Hatched on "
+                        "the timeline; descheduled_ms in metrics.csv.")},
         {QStringLiteral("staleness"),
          QStringLiteral("Staleness of an async update: how many updates the server applied "
                         "between the worker pulling the parameters and pushing its gradient. "
-                        "0 is what sync training always has.")},
+                        "0 is what sync training always has. A staleness bound s limits how far a "
+                        "worker runs ahead of the slowest, so an update can be up to (s + 1)(N - 1) "
+                        "versions old (the dashed line).")},
         {QStringLiteral("memory"),
          QStringLiteral("Peak activation bytes a worker's model held during each step: the "
                         "buffers really held, so checkpointing's saving is measured.")},

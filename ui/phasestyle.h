@@ -24,8 +24,11 @@ const PhaseStyle &phaseStyle(Phase p);
 // The hatch over the part of a span the OS did not run the worker (inside compute spans, and
 // at the end of a barrier wait after the barrier opened). Its legend entry is Phase::Count.
 const PhaseStyle &offCpuStyle();
-// A colour per worker or run for line charts (cycles through eight).
+// A colour per worker or run for line charts (eight colours; past eight the lines dash and the
+// markers change shape, so sixteen workers stay told apart).
 QColor seriesColor(int index);
+Qt::PenStyle seriesStyle(int index);
+int seriesShape(int index); // a QCPScatterStyle::ScatterShape
 // A one-paragraph explanation of a metric, for tooltips.
 QString metricHelp(const QString &metric);
 

@@ -3,6 +3,12 @@
 #include <QDir>
 #include <QStandardPaths>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
 namespace syncopate {
 namespace {
 
@@ -59,6 +65,19 @@ void AppSettings::save(QSettings &s) const
         s.setValue(QLatin1String(key), QVariant::fromValue(value));
     });
     s.setValue(QStringLiteral("window/layoutVersion"), kLayoutVersion);
+}
+
+void prepareRuntimeDirectory()
+{
+    if (const char *dir = std::getenv("XDG_RUNTIME_DIR"); dir && *dir)
+        return;
+    const std::string path = "/tmp/runtime-" + std::to_string(::getuid());
+    ::mkdir(path.c_str(), 0700);
+    struct stat st {};
+    // Only a folder of ours that nobody else can read; else Qt's own fallback (and warning).
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::getuid() &&
+        (st.st_mode & 077) == 0)
+        ::setenv("XDG_RUNTIME_DIR", path.c_str(), 0);
 }
 
 } // namespace syncopate

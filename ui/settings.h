@@ -29,4 +29,8 @@ struct AppSettings {
     void save(QSettings &s) const;
 };
 
+// Before the QApplication: a private XDG_RUNTIME_DIR where the session has none (a console,
+// a container, Xvfb), as Qt would pick, so that Qt does not warn about it at every start.
+void prepareRuntimeDirectory();
+
 } // namespace syncopate

@@ -71,11 +71,34 @@ void TimelineView::setRun(RunDataPtr run)
         phases.push_back(Phase::Count); // off CPU
     }
     addPhaseLegend(legend, phases);
+    fitLegendToWidth();
     placeLegend(!phases.empty());
     updateRowLabels();
     m_follow = true;
     refresh();
     fitAll();
+}
+
+void TimelineView::resizeEvent(QResizeEvent *event)
+{
+    QCustomPlot::resizeEvent(event);
+    fitLegendToWidth();
+}
+
+void TimelineView::fitLegendToWidth()
+{
+    // As many columns as the widest entry allows, so that no label is cut at any width or
+    // font size (a projector's large text wraps onto more rows instead).
+    int widest = 1;
+    for (int i = 0; i < legend->itemCount(); ++i)
+        if (const QCPAbstractLegendItem *item = legend->item(i)) // a grid's empty cell is null
+            widest = std::max(widest, item->minimumOuterSizeHint().width());
+    const int room = width() - legend->margins().left() - legend->margins().right() - 8;
+    const int columns = std::max(1, (room + legend->columnSpacing()) / (widest + legend->columnSpacing()));
+    if (legend->wrap() != columns) {
+        legend->setWrap(columns);
+        replot(QCustomPlot::rpQueuedReplot);
+    }
 }
 
 void TimelineView::placeLegend(bool show)
@@ -144,7 +167,7 @@ void TimelineView::setPresentationScale(double scale)
     yAxis->setTickLabelFont(f);
     legend->setFont(f);
     legend->setIconSize(int(18 * scale), int(12 * scale));
-    legend->setWrap(scale > 1.2 ? 6 : 12); // larger text: two rows rather than clipped labels
+    fitLegendToWidth(); // larger text: more rows rather than clipped labels
     QFont title = f;
     title.setPointSizeF(f.pointSizeF() + 2);
     title.setBold(true);

@@ -40,10 +40,12 @@ protected:
     void mouseMoveEvent(QMouseEvent *event) override;
     void mouseDoubleClickEvent(QMouseEvent *event) override;
     void wheelEvent(QWheelEvent *event) override;
+    void resizeEvent(QResizeEvent *event) override;
 
 private:
     void updateRowLabels();
     void placeLegend(bool show);
+    void fitLegendToWidth();
     void onSelectionAccepted(const QRect &rect, QMouseEvent *event);
 
     RunDataPtr m_run;
