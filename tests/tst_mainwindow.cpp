@@ -2,6 +2,7 @@
 // exports have the requested size and are not blank, bad input lands in the banner with the
 // field marked, and a saved run opens again as it was.
 #include "charts.h"
+#include "comparison.h"
 #include "experimentform.h"
 #include "gpubackend.h"
 #include "mainwindow.h"
@@ -39,6 +40,7 @@ private Q_SLOTS:
     void unwritableRunsFolderOffersAnother();
     void slowdownFollowsTheWorkerCount();
     void newRunFollowsLive();
+    void comparisonTableCopies();
     void runCanBeSavedElsewhere();
     void presentationModeScalesFonts();
 
@@ -361,6 +363,39 @@ void TestMainWindow::newRunFollowsLive()
     QVERIFY(runWith(w, QStringLiteral("default"), 5));
     QVERIFY(w.timeline()->followLive());
     QVERIFY(w.timeline()->xAxis->range().upper > 0.01);
+}
+
+// The comparison table: one row per run from its summary, blank where a run has no such
+// figure, and CSV and Markdown that survive a name with a comma and a pipe.
+void TestMainWindow::comparisonTableCopies()
+{
+    auto sync = std::make_shared<RunData>(parseConfig(nlohmann::json{{"workers", 4}}), QStringLiteral("baseline, 4|w"));
+    sync->summary = {{"wall_s", 1.5},           {"samples_per_s", 40000.0}, {"stall_fraction", 0.25},
+                     {"descheduled_fraction", 0.125}, {"final_loss", 0.01}, {"peak_activation_bytes", 1048576}};
+    auto async = std::make_shared<RunData>(
+        parseConfig(nlohmann::json{{"mode", "async"}, {"async.max_staleness", 2}}), QStringLiteral("bounded"));
+    async->summary = {{"staleness_mean", 2.5}, {"staleness_max", 9}, {"final_eval_accuracy", 0.995}};
+    const ComparisonTable t = compareRuns({sync, async, nullptr});
+    QCOMPARE(t.header.size(), 14);
+    QCOMPARE(t.tips.size(), t.header.size());
+    QCOMPARE(t.rows.size(), 2);
+    QCOMPARE(t.rows[0].mid(0, 7), (QStringList{QStringLiteral("baseline, 4|w"), QStringLiteral("sync"), QStringLiteral("4"),
+                                              QStringLiteral("1.50"), QStringLiteral("40000"), QStringLiteral("25.0"),
+                                              QStringLiteral("12.5")}));
+    QCOMPARE(t.rows[0][7], QStringLiteral("0")); // sync: no update is stale
+    QCOMPARE(t.rows[0][12], QStringLiteral("1.00"));
+    QCOMPARE(t.rows[1][1], QStringLiteral("async (bound 2)"));
+    QCOMPARE(t.rows[1][8], QStringLiteral("9"));
+    QCOMPARE(t.rows[1][11], QStringLiteral("99.5"));
+    QCOMPARE(t.rows[1][3], QString()); // not in its summary: blank, not 0
+    const QStringList csv = t.toCsv().split(QLatin1Char('\n'));
+    QVERIFY(csv[0].startsWith(QStringLiteral("run,mode,workers,wall (s)")));
+    QVERIFY2(csv[1].startsWith(QStringLiteral("\"baseline, 4|w\",sync,4,1.50,")), qPrintable(csv[1]));
+    const QStringList md = t.toMarkdown().split(QLatin1Char('\n'));
+    QVERIFY(md[1].startsWith(QStringLiteral("| --- | --- | ---: |")));
+    QVERIFY2(md[2].startsWith(QStringLiteral("| baseline, 4\\|w | sync | 4 |")), qPrintable(md[2]));
+    // The window compares what it has: at least the runs of this session.
+    QVERIFY(m_window->comparedRuns().size() >= 2);
 }
 
 void TestMainWindow::presentationModeScalesFonts()

@@ -1,17 +1,16 @@
 #include "mainwindow.h"
 
-#include "session.h"
-
 #include "charts.h"
+#include "comparison.h"
 #include "experimentform.h"
 #include "exporter.h"
 #include "phasestyle.h"
 #include "runcontroller.h"
+#include "session.h"
 #include "timelineview.h"
 
 #include <QApplication>
-#include <QGuiApplication>
-#include <QScreen>
+#include <QCheckBox>
 #include <QClipboard>
 #include <QCloseEvent>
 #include <QDialog>
@@ -20,23 +19,25 @@
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
+#include <QGridLayout>
+#include <QGuiApplication>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QLabel>
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScreen>
 #include <QSettings>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTableWidget>
 #include <QToolBar>
 #include <QToolButton>
 #include <QVBoxLayout>
-
-#include <QCheckBox>
-#include <QGridLayout>
-#include <QSpinBox>
 
 #include <algorithm>
 
@@ -265,6 +266,11 @@ void MainWindow::createActions()
     m_stopAction = run->addAction(tr("&Stop"), this, [this] { m_controller->stop(); });
     m_stopAction->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
     m_stopAction->setToolTip(tr("Stop the run; what ran is kept and saved (Shift+F5)"));
+    run->addSeparator();
+    QAction *compare = run->addAction(tr("&Compare Runs..."), this, &MainWindow::showComparison);
+    compare->setShortcut(QKeySequence(tr("Ctrl+K")));
+    compare->setToolTip(tr("A table of the shown run and the runs checked in the Runs list, to copy "
+                           "as CSV or Markdown (Ctrl+K)"));
 
     QMenu *view = menuBar()->addMenu(tr("&View"));
     m_followAction = view->addAction(tr("&Follow Live"));
@@ -514,6 +520,56 @@ void MainWindow::resetLayout()
     if (!isMaximized() && !isFullScreen())
         resize(defaultSize());
     statusBar()->showMessage(tr("Layout reset"), 3000);
+}
+
+std::vector<RunDataPtr> MainWindow::comparedRuns() const
+{
+    // The shown run first, then the checked ones in list order; every run when none is checked.
+    std::vector<RunDataPtr> runs;
+    if (m_shown)
+        runs.push_back(m_shown);
+    for (int i = 0; i < m_runList->count() && i < int(m_runs.size()); ++i)
+        if (m_runList->item(i)->checkState() == Qt::Checked && m_runs[std::size_t(i)] != m_shown)
+            runs.push_back(m_runs[std::size_t(i)]);
+    if (runs.size() <= 1)
+        runs = m_runs;
+    return runs;
+}
+
+void MainWindow::showComparison()
+{
+    const ComparisonTable table = compareRuns(comparedRuns());
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Compare runs"));
+    auto *layout = new QVBoxLayout(&dialog);
+    auto *view = new QTableWidget(int(table.rows.size()), int(table.header.size()));
+    view->setObjectName(QStringLiteral("comparisonTable"));
+    view->setHorizontalHeaderLabels(table.header);
+    for (int c = 0; c < table.header.size(); ++c)
+        view->horizontalHeaderItem(c)->setToolTip(table.tips.value(c));
+    for (int r = 0; r < table.rows.size(); ++r)
+        for (int c = 0; c < table.rows[r].size(); ++c) {
+            auto *item = new QTableWidgetItem(table.rows[r][c]);
+            item->setFlags(Qt::ItemIsSelectable | Qt::ItemIsEnabled);
+            if (c >= 2)
+                item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+            view->setItem(r, c, item);
+        }
+    view->verticalHeader()->hide();
+    view->resizeColumnsToContents();
+    layout->addWidget(view);
+    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Close);
+    QPushButton *csv = buttons->addButton(tr("Copy as &CSV"), QDialogButtonBox::ActionRole);
+    QPushButton *md = buttons->addButton(tr("Copy as &Markdown"), QDialogButtonBox::ActionRole);
+    connect(csv, &QPushButton::clicked, &dialog, [table] { QApplication::clipboard()->setText(table.toCsv()); });
+    connect(md, &QPushButton::clicked, &dialog, [table] { QApplication::clipboard()->setText(table.toMarkdown()); });
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    layout->addWidget(buttons);
+    dialog.resize(std::min(width(), view->horizontalHeader()->length() + 60), 120 + 32 * int(table.rows.size() + 1));
+    if (table.rows.isEmpty())
+        statusBar()->showMessage(tr("No runs to compare yet: run an experiment or open a run"), 5000);
+    else
+        dialog.exec();
 }
 
 bool MainWindow::chooseRunsFolder()

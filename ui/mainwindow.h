@@ -47,6 +47,9 @@ public:
     bool chooseRunsFolder();
     // View > Reset Layout: the docks and toolbar as on a first start, the window's default size.
     void resetLayout();
+    // Run > Compare Runs: the table of comparedRuns(), to copy as CSV or Markdown.
+    void showComparison();
+    std::vector<RunDataPtr> comparedRuns() const;
     bool openRun(const QString &dir);
     void setPresentationMode(bool on);
     // Exports the timeline or a chart (by name: timeline, loss, stalls, ...) to path.

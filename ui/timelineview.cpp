@@ -5,6 +5,7 @@
 #include "phasestyle.h"
 #include "timelineplottable.h"
 
+#include <QHelpEvent>
 #include <QToolTip>
 
 namespace syncopate {
@@ -206,6 +207,19 @@ void TimelineView::mouseMoveEvent(QMouseEvent *event)
         else
             QToolTip::showText(event->globalPosition().toPoint(), text, this);
     }
+}
+
+bool TimelineView::event(QEvent *event)
+{
+    // Qt's delayed tooltip would replace a span's description with the general help: over a
+    // span it shows the span, elsewhere the help.
+    if (event->type() == QEvent::ToolTip) {
+        const auto *help = static_cast<QHelpEvent *>(event);
+        const QString text = describeAt(help->pos());
+        QToolTip::showText(help->globalPos(), text.isEmpty() ? toolTip() : text, this);
+        return true;
+    }
+    return QCustomPlot::event(event);
 }
 
 QString TimelineView::describeAt(const QPoint &pos) const
