@@ -89,16 +89,22 @@ void TraceModel::thin(StepSeries &s)
     s.stride *= 2;
 }
 
-double stallOffCpuMs(const std::vector<const std::vector<StepPoint> *> &workers, std::size_t i, std::size_t w)
+void stallOffCpuMs(const std::vector<const std::vector<StepPoint> *> &workers, std::size_t i,
+                   std::vector<double> &out)
 {
+    out.assign(workers.size(), 0.0);
     std::size_t slowest = workers.size();
     for (std::size_t j = 0; j < workers.size(); ++j)
         if (i < workers[j]->size() && (slowest == workers.size() || (*workers[j])[i].waitMs < (*workers[slowest])[i].waitMs))
             slowest = j;
-    if (slowest == workers.size() || i >= workers[w]->size())
-        return 0;
-    const StepPoint &p = (*workers[w])[i];
-    return std::min(p.waitMs, p.wakeMs + (w == slowest ? 0.0 : (*workers[slowest])[i].descheduledMs));
+    if (slowest == workers.size())
+        return;
+    const double slowestOff = (*workers[slowest])[i].descheduledMs;
+    for (std::size_t w = 0; w < workers.size(); ++w)
+        if (i < workers[w]->size()) {
+            const StepPoint &p = (*workers[w])[i];
+            out[w] = std::min(p.waitMs, p.wakeMs + (w == slowest ? 0.0 : slowestOff));
+        }
 }
 
 void TraceModel::addCounter(const Record &r)

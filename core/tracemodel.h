@@ -37,10 +37,12 @@ struct StepPoint {
     double wakeMs = 0;        // of that, after a barrier opened (the end of its waits)
 };
 
-// Of worker w's wait at step point i, the part spent waiting for the OS: its own late
+// Of each worker's wait at step point i, the part spent waiting for the OS: its own late
 // wake-ups plus the time the point's slowest worker (the one that waited least) was not
-// running. The same reading as summary.json's stall_descheduled_fraction.
-double stallOffCpuMs(const std::vector<const std::vector<StepPoint> *> &workers, std::size_t i, std::size_t w);
+// running. The same reading as summary.json's stall_descheduled_fraction. out[w] is 0 for a
+// worker without point i.
+void stallOffCpuMs(const std::vector<const std::vector<StepPoint> *> &workers, std::size_t i,
+                   std::vector<double> &out);
 
 class TraceModel {
 public:

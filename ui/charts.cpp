@@ -14,6 +14,10 @@
 #include <cmath>
 
 namespace syncopate {
+
+// Per-worker curves are 1 px: Qt's raster engine strokes pens of at most one pixel on its fast
+// path, wider ones through a path fill that cost a live 16-worker run most of a core.
+constexpr double kWorkerLine = 1.0;
 namespace {
 
 QCPTextElement *titleOf(QCustomPlot *plot)
@@ -182,6 +186,12 @@ QString emptyPlotText(bool haveRun)
 
 ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
 {
+    // A live run draws only the chart on show; the one a tab change shows is drawn then.
+    connect(this, &QTabWidget::currentChanged, this, [this] {
+        for (auto &[name, plot] : plots())
+            if (plot->isVisible())
+                plot->replot(QCustomPlot::rpQueuedReplot);
+    });
     auto makePlot = [&](const QString &name, const QString &helpKey) {
         auto *plot = new QCustomPlot;
         plot->setToolTip(metricHelp(helpKey));
@@ -310,7 +320,10 @@ void ChartsWidget::refresh()
             text = haveRun && !running ? tr("This run recorded nothing for this chart.")
                                        : emptyPlotText(haveRun);
         setPlaceholder(plot, text);
-        plot->replot(QCustomPlot::rpQueuedReplot);
+        // Only the chart on show is drawn; the others when their tab is chosen (16 workers'
+        // curves cost milliseconds each, and hidden ones were drawn for nothing).
+        if (plot->isVisible() || !running)
+            plot->replot(QCustomPlot::rpQueuedReplot);
     }
 }
 
@@ -356,7 +369,7 @@ void ChartsWidget::fillLoss()
                 x.push_back(key);
                 y.push_back(pt.value);
             }
-            graph(tr("worker %1").arg(w), seriesColor(w), 1.2, seriesStyle(w))->setData(x, smooth(y, window), true);
+            graph(tr("worker %1").arg(w), seriesColor(w), kWorkerLine, seriesStyle(w))->setData(x, smooth(y, window), true);
         }
         // Held-out loss as dots, recorded by whichever worker completed that evaluation.
         QVector<double> ex, ey;
@@ -398,7 +411,7 @@ void ChartsWidget::fillStalls()
         for (int w = 0; w < run.workers(); ++w) {
             QCPGraph *g = p->addGraph();
             g->setName(tr("worker %1").arg(w));
-            g->setPen(QPen(seriesColor(w), 1.2 * m_scale, seriesStyle(w)));
+            g->setPen(QPen(seriesColor(w), kWorkerLine * m_scale, seriesStyle(w)));
         }
         QCPGraph *share = p->addGraph(p->xAxis, p->yAxis2);
         share->setName(tr("share of time lost (right axis)"));
@@ -437,15 +450,17 @@ void ChartsWidget::fillStalls()
     std::size_t points = 0;
     for (int w = 0; w < run.workers(); ++w)
         points = std::max(points, run.steps(w).size());
+    std::vector<double> offs;
     for (std::size_t s = 0; s < points; ++s) {
         bool any = false;
         double osMs = 0;
         int counted = 0;
+        stallOffCpuMs(series, s, offs);
         for (int w = 0; w < run.workers(); ++w) {
             const auto &steps = run.steps(w);
             if (s >= steps.size())
                 continue;
-            const double off = stallOffCpuMs(series, s, std::size_t(w));
+            const double off = offs[std::size_t(w)];
             osMs += off;
             ++counted;
             if (steps[s].endNs < 0)
@@ -604,7 +619,7 @@ void ChartsWidget::fillMemory()
                 x.push_back(double(pt.step));
                 y.push_back(pt.value / 1024.0);
             }
-            graph(tr("worker %1 (%2)").arg(w).arg(modeLabel(run)), seriesColor(w), 1.5)->setData(x, y, true);
+            graph(tr("worker %1 (%2)").arg(w).arg(modeLabel(run)), seriesColor(w), kWorkerLine)->setData(x, y, true);
         }
     }
     for (std::size_t i = 0; i < m_compare.size(); ++i) {

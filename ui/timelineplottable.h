@@ -8,6 +8,11 @@
 
 #include <qcustomplot.h>
 
+#include <array>
+
+#include <QRectF>
+#include <QVector>
+
 namespace syncopate {
 
 class TimelinePlottable : public QCPAbstractPlottable {
@@ -43,6 +48,11 @@ private:
     std::vector<Record> m_spans; // the visible spans of one row, reused
     bool m_lastDrawnFromSummary = false;
     std::vector<TimelineMark> m_marks; // reused between frames
+    struct Batch {
+        QVector<QRectF> fills, outlines;
+    };
+    std::array<Batch, std::size_t(Phase::Count)> m_batches; // one row's marks by phase, reused
+    QVector<QRectF> m_hatches;
     std::size_t m_lastMarks = 0;
     double m_lineScale = 1.0;
 };
