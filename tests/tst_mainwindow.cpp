@@ -166,6 +166,10 @@ void TestMainWindow::runsAPresetToTheEnd()
     QCOMPARE(run->state, RunState::Finished);
     QVERIFY(run->spanCount() > 4u * 30u * 6u);
     QVERIFY(!run->directory().isEmpty());
+    // Named after its time, its preset and what the form changed from the preset.
+    const QString folder = QDir(run->directory()).dirName();
+    QVERIFY2(folder.contains(QStringLiteral("-straggler-sync-")) && folder.contains(QStringLiteral("train.steps=30")),
+             qPrintable(folder));
     QVERIFY(QFile::exists(run->directory() + QStringLiteral("/trace.json")));
     // No error; on a machine with fewer free cores than workers, the note that says so.
     const std::string note = oversubscriptionWarning(run->config(), coreBudget());
@@ -294,6 +298,11 @@ void TestMainWindow::openRunShowsItAgain()
     QCOMPARE(opened->workers(), original->workers());
     QCOMPARE(opened->counter(CounterId::Loss, 2).size(), original->counter(CounterId::Loss, 2).size());
     QCOMPARE(opened->steps(1).size(), original->steps(1).size());
+    // The form holds the opened run's configuration, ready to run again.
+    const nlohmann::json form = w.form()->toJson();
+    QCOMPARE(form.value("mode", std::string()), original->config().mode);
+    QCOMPARE(form.value("workers", 0), original->config().workers);
+    QCOMPARE(form.value("train.steps", 0), original->config().steps);
     QVERIFY(!w.openRun(m_dir.filePath(QStringLiteral("nothing-here"))));
     QVERIFY(w.bannerText().contains(QStringLiteral("not a directory")));
 }

@@ -268,6 +268,9 @@ void MainWindow::createActions()
     m_stopAction->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
     m_stopAction->setToolTip(tr("Stop the run; what ran is kept and saved (Shift+F5)"));
     run->addSeparator();
+    m_rerunAction = run->addAction(tr("Run &Again"), this, [this] { rerunShown(); });
+    m_rerunAction->setShortcut(QKeySequence(tr("Ctrl+R")));
+    m_rerunAction->setToolTip(tr("Run the shown run's configuration again (Ctrl+R)"));
     QAction *compare = run->addAction(tr("&Compare Runs..."), this, &MainWindow::showComparison);
     compare->setShortcut(QKeySequence(tr("Ctrl+K")));
     compare->setToolTip(tr("A table of the shown run and the runs checked in the Runs list, to copy "
@@ -420,7 +423,7 @@ bool MainWindow::startRun()
         return false;
     hideBanner();
     const QString label = tr("run %1").arg(m_runs.size() + 1);
-    if (!m_controller->start(m_form->toJson(), label, m_settings.runsFolder))
+    if (!m_controller->start(m_form->toJson(), label, m_settings.runsFolder, runFolderHint()))
         return false;
     // Not an error: the run goes on, but what it shows depends on it.
     if (const RunDataPtr run = m_controller->run()) {
@@ -521,6 +524,29 @@ void MainWindow::resetLayout()
     if (!isMaximized() && !isFullScreen())
         resize(defaultSize());
     statusBar()->showMessage(tr("Layout reset"), 3000);
+}
+
+QString MainWindow::runFolderHint() const
+{
+    // The preset (or the mode) and up to three keys the form changed from it, so that a folder
+    // of runs says what each one was: "straggler-sync-workers=8,train.lr=0.1".
+    const nlohmann::json form = m_form->toJson();
+    const QString preset = m_form->presetName();
+    const QString mode = QString::fromStdString(form.value("mode", std::string("run")));
+    if (preset.isEmpty())
+        return mode;
+    nlohmann::json base;
+    try {
+        base = flattenConfig(parseConfig(flattenConfig(loadPreset(preset.toStdString()).config)).toJson());
+    } catch (const std::exception &) {
+        return preset;
+    }
+    QStringList varied;
+    for (const auto &[key, value] : form.items())
+        if (base.contains(key) && base[key] != value && varied.size() < 3)
+            varied << QString::fromStdString(key + "=" +
+                                             (value.is_string() ? value.get<std::string>() : value.dump()));
+    return varied.isEmpty() ? preset : preset + QLatin1Char('-') + varied.join(QLatin1Char(','));
 }
 
 std::vector<RunDataPtr> MainWindow::comparedRuns() const
@@ -668,7 +694,23 @@ bool MainWindow::openRun(const QString &dir)
     showRun(run);
     m_timeline->fitAll();
     m_charts->refresh();
+    // The form holds the run's configuration, not whatever was there: F5 runs it again.
+    if (!m_controller->isRunning()) {
+        m_form->setFromJson(run->config().toJson());
+        statusBar()->showMessage(tr("The form holds the configuration of %1: Run (F5) runs it again").arg(run->label()), 8000);
+    }
+    if (run->summaryProblems > 0)
+        showBanner(tr("%1: %n field(s) of summary.json had the wrong type and were left out", nullptr,
+                      run->summaryProblems).arg(QDir(dir).dirName().toHtmlEscaped()), false);
     return true;
+}
+
+bool MainWindow::rerunShown()
+{
+    if (!m_shown || m_controller->isRunning())
+        return false;
+    m_form->setFromJson(m_shown->config().toJson());
+    return startRun();
 }
 
 void MainWindow::updateActions()
@@ -678,6 +720,8 @@ void MainWindow::updateActions()
     m_pauseAction->setEnabled(running);
     m_pauseAction->setText(m_controller->allPaused() ? tr("&Resume All") : tr("&Pause All"));
     m_stopAction->setEnabled(running);
+    if (m_rerunAction)
+        m_rerunAction->setEnabled(!running && m_shown);
 }
 
 void MainWindow::setPresentationMode(bool on)

@@ -50,7 +50,11 @@ public:
     // Run > Compare Runs: the table of comparedRuns(), to copy as CSV or Markdown.
     void showComparison();
     std::vector<RunDataPtr> comparedRuns() const;
+    // The run folder's name after its time: preset or mode, and the keys changed from it.
+    QString runFolderHint() const;
     bool openRun(const QString &dir);
+    // Run > Run Again: the shown run's configuration into the form, and started.
+    bool rerunShown();
     void setPresentationMode(bool on);
     // Exports the timeline or a chart (by name: timeline, loss, stalls, ...) to path.
     bool exportView(const QString &name, const QString &path, QSize size, double scale);
@@ -101,6 +105,7 @@ private:
     int m_chartTick = 0;
     QSize defaultSize() const;
     QByteArray m_defaultState;
+    QAction *m_rerunAction = nullptr;
 };
 
 } // namespace syncopate

@@ -32,7 +32,7 @@ RunController::~RunController()
 }
 
 bool RunController::start(const nlohmann::json &config, const QString &label,
-                          const QString &runsDirectory)
+                          const QString &runsDirectory, const QString &folderHint)
 {
     if (isRunning())
         return false;
@@ -63,8 +63,13 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     // when the app (or the machine) goes down.
     QString dir;
     if (!runsDirectory.isEmpty()) {
+        QString hint = folderHint.isEmpty() ? QString::fromStdString(prepared.config.mode) : folderHint;
+        for (QChar &ch : hint)
+            if (!(ch.isLetterOrNumber() || ch == QLatin1Char('-') || ch == QLatin1Char('=') ||
+                  ch == QLatin1Char('.') || ch == QLatin1Char('_') || ch == QLatin1Char(',')))
+                ch = QLatin1Char('_');
         const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
-                             QLatin1Char('-') + QString::fromStdString(prepared.config.mode);
+                             QLatin1Char('-') + hint.left(80);
         dir = QDir(runsDirectory).filePath(name);
         for (int i = 2; QDir(dir).exists(); ++i)
             dir = QDir(runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));

@@ -21,7 +21,10 @@ public:
 
     // Validates and starts; on a bad config or data emits runFailed (with the fields at fault)
     // and returns false. runsDirectory: where the run directory is written when it ends.
-    bool start(const nlohmann::json &config, const QString &label, const QString &runsDirectory);
+    // folderHint names the run folder after the time ("straggler-sync-workers=8"); the mode
+    // when empty. Characters a file name cannot hold become '_'.
+    bool start(const nlohmann::json &config, const QString &label, const QString &runsDirectory,
+               const QString &folderHint = {});
     void stop();
     bool isRunning() const;
     RunDataPtr run() const { return m_run; }

@@ -17,6 +17,7 @@ std::shared_ptr<RunData> RunData::fromOpened(const OpenedRun &opened, const QStr
     run->m_trace = opened.trace;
     run->listRows();
     run->summary = opened.summary;
+    run->summaryProblems = int(opened.summaryProblems.size());
     run->interrupted = opened.interrupted;
     run->state = opened.interrupted ? RunState::Stopped
                                     : runStateFromName(opened.summary.value("status", "finished"));

@@ -62,6 +62,7 @@ public:
 
     // Filled when the run has ended (or was loaded from disk).
     nlohmann::json summary;
+    int summaryProblems = 0; // fields of an opened summary.json dropped for their type
     RunState state = RunState::Running;
     bool interrupted = false; // opened from a directory whose run never ended
     QString error;
