@@ -182,7 +182,7 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         // worker that completes it (async runs count server updates, which steps bound too).
         m_evalHistory.reserve(std::size_t(
             (m_config.evalEvery > 0 ? m_config.steps / m_config.evalEvery : 0) + 2));
-        if (!m_config.async() && m_config.evalEvery > 0) {
+        if (!m_config.async()) { // sync evaluates in shards, at least at the end
             m_evalShards.resize(std::size_t(m_config.workers));
             for (const auto &w : m_workers)
                 w->model->reserveEvaluation();
@@ -417,7 +417,9 @@ void Engine::supervise()
     drain();
     const bool failed = !error().empty();
     const bool complete = m_progress.load() >= m_config.steps;
-    if (!failed && complete && m_evalModel) {
+    // Sync runs evaluated their end in shards (syncStep); async evaluates the server's
+    // parameters once the workers are done.
+    if (!failed && complete && m_evalModel && m_config.async()) {
         WorkerState &w0 = *m_workers.front();
         const auto params = finalParams();
         std::copy(params.begin(), params.end(), w0.snapshot.begin());
@@ -675,8 +677,9 @@ void Engine::syncStep(WorkerState &w, std::int64_t step)
     const std::int64_t done = step + 1;
     if (w.index == 0)
         m_progress = done;
-    if (m_evalModel && m_config.evalEvery > 0 && done % m_config.evalEvery == 0 &&
-        done < m_config.steps)
+    // The final evaluation too is shared: every worker its slice of the held-out set, as in
+    // the periodic ones (one worker evaluating all of it showed as one long span).
+    if (m_evalModel && ((m_config.evalEvery > 0 && done % m_config.evalEvery == 0) || done == m_config.steps))
         evaluateShard(w, done);
 }
 
