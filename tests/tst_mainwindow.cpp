@@ -12,6 +12,7 @@
 #include "timelineview.h"
 
 #include <QDockWidget>
+#include <QComboBox>
 #include <QLineEdit>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -244,6 +245,23 @@ void TestMainWindow::asyncRunFillsStaleness()
     auto *bars = qobject_cast<QCPBars *>(w.charts()->stalenessPlot()->plottable(0));
     QVERIFY(bars && bars->dataCount() > 0);
     QVERIFY(placeholderText(w.charts()->stalenessPlot()).isEmpty());
+
+    // Against samples processed, an async update is one worker's batch: the last loss sits at
+    // 80 updates x batch 64, not at the step count.
+    QComboBox *axis = nullptr;
+    for (QComboBox *c : w.charts()->findChildren<QComboBox *>())
+        if (c->findText(QStringLiteral("against samples processed")) >= 0)
+            axis = c;
+    QVERIFY(axis);
+    axis->setCurrentIndex(axis->findText(QStringLiteral("against samples processed")));
+    w.charts()->refresh();
+    bool found = false;
+    const QCPRange keys = w.charts()->lossPlot()->graph(0)->getKeyRange(found);
+    QVERIFY(found);
+    QVERIFY2(keys.upper <= 80.0 * 64 && keys.upper > 40.0 * 64, qPrintable(QString::number(keys.upper)));
+    QVERIFY(w.charts()->lossPlot()->xAxis->label().contains(QStringLiteral("samples")));
+    axis->setCurrentIndex(0);
+    QVERIFY(w.charts()->lossPlot()->xAxis->label().contains(QStringLiteral("server update")));
 }
 
 void TestMainWindow::badConfigGoesToTheBanner()

@@ -211,9 +211,10 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     lossLayout->setContentsMargins(0, 0, 0, 0);
     auto *options = new QHBoxLayout;
     m_lossAxis = new QComboBox;
-    m_lossAxis->addItems({tr("against step"), tr("against run time")});
-    m_lossAxis->setToolTip(tr("Plot the loss against the optimizer step or against wall-clock "
-                              "time: sync and async runs compare fairly only against time."));
+    m_lossAxis->addItems({tr("against step"), tr("against run time"), tr("against samples processed")});
+    m_lossAxis->setToolTip(tr("Plot the loss against the optimizer step (async: the server's "
+                              "version), wall-clock time or training samples processed: sync and "
+                              "async runs compare fairly against time or samples, not steps."));
     m_smoothing = new QSpinBox;
     m_smoothing->setRange(1, 500);
     m_smoothing->setValue(1);
@@ -331,8 +332,11 @@ void ChartsWidget::fillLoss()
 {
     QCustomPlot *p = m_loss;
     const bool time = m_lossAxis->currentIndex() == 1;
+    // Samples processed: the fair axis between modes (a sync step is N batches, an async
+    // server update one).
+    const bool samples = m_lossAxis->currentIndex() == 2;
     const int window = m_smoothing->value();
-    p->xAxis->setLabel(time ? tr("run time (ms)") : tr("step"));
+    p->xAxis->setLabel(time ? tr("run time (ms)") : samples ? tr("training samples processed") : tr("step"));
     const bool log = m_logLoss->isChecked();
     p->yAxis->setScaleType(log ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (log)
@@ -348,8 +352,10 @@ void ChartsWidget::fillLoss()
         // In async mode a worker's own step count means little: place each loss at the server
         // update its gradient became, the same axis as the held-out evaluations.
         const bool async = run.config().async();
-        if (async && !time)
-            p->xAxis->setLabel(tr("server update"));
+        if (async && !time && !samples)
+            p->xAxis->setLabel(tr("server update (async: the server's version, not a worker's step)"));
+        // A sync step of N workers is N batches; an async update is one worker's batch.
+        const double perKey = samples ? double(run.config().batch) * (async ? 1 : run.workers()) : 1.0;
         for (int w = 0; w < run.workers(); ++w) {
             QVector<double> x, y;
             std::vector<double> versionOf;
@@ -366,6 +372,8 @@ void ChartsWidget::fillLoss()
                         continue; // not applied (yet, or ever: the run ended first)
                     key = versionOf[pt.step];
                 }
+                if (samples)
+                    key = (async ? key : key + 1) * perKey; // after step s, s + 1 steps are done
                 x.push_back(key);
                 y.push_back(pt.value);
             }
@@ -375,7 +383,8 @@ void ChartsWidget::fillLoss()
         QVector<double> ex, ey;
         for (int w = 0; w < run.workers(); ++w)
             for (const auto &pt : run.counter(CounterId::EvalLoss, w)) {
-                ex.push_back(time ? pt.tNs / 1e6 : double(pt.step));
+                // An evaluation's step is the steps (or server updates) done when it ran.
+                ex.push_back(time ? pt.tNs / 1e6 : double(pt.step) * perKey);
                 ey.push_back(pt.value);
             }
         QCPGraph *eval = graph(tr("held-out loss"), Qt::black, 1.5, Qt::DashLine);
@@ -386,6 +395,9 @@ void ChartsWidget::fillLoss()
         const RunData &run = *m_compare[i];
         QVector<double> steps, t, v;
         meanPerStep(run, CounterId::Loss, steps, t, v);
+        if (samples) // a worker's own step: N batches a step in sync, one in async
+            for (double &s : steps)
+                s = (s + 1) * double(run.config().batch) * double(run.workers());
         graph(tr("%1: %2 (mean)").arg(run.label(), modeLabel(run)), seriesColor(int(i) + 5), 2.2,
               Qt::SolidLine)
             ->setData(time ? t : steps, smooth(v, window), true);
