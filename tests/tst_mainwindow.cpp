@@ -162,7 +162,7 @@ void TestMainWindow::runsAPresetToTheEnd()
     MainWindow &w = *m_window;
     QVERIFY(runWith(w, QStringLiteral("straggler-sync"), 30));
     QCOMPARE(int(w.runs().size()), 1);
-    QCOMPARE(w.runListTexts(), QStringList{QStringLiteral("run 1: sync, 4 workers (finished)")});
+    QCOMPARE(w.runListTexts(), QStringList{QStringLiteral("straggler-sync: sync, 4 workers (finished)")});
     const RunDataPtr run = w.runs().back();
     QCOMPARE(run->state, RunState::Finished);
     QVERIFY(run->spanCount() > 4u * 30u * 6u);
@@ -423,6 +423,18 @@ void TestMainWindow::comparisonTableCopies()
     QVERIFY2(md[2].startsWith(QStringLiteral("| baseline, 4\\|w | sync | 4 |")), qPrintable(md[2]));
     // The window compares what it has: at least the runs of this session.
     QVERIFY(m_window->comparedRuns().size() >= 2);
+    // Runs are named by preset, numbered from the second, and renamed by name.
+    const RunDataPtr first = m_window->runs().front();
+    QVERIFY(m_window->renameRun(first, QStringLiteral("  baseline  ")));
+    QCOMPARE(first->label(), QStringLiteral("baseline"));
+    QVERIFY(m_window->runListTexts().front().startsWith(QStringLiteral("baseline: ")));
+    QVERIFY(!m_window->renameRun(first, QStringLiteral("   ")));
+    QStringList labels;
+    for (const RunDataPtr &r : m_window->runs())
+        labels << r->label();
+    QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), labels.size()); // never two alike
+    QVERIFY(runWith(*m_window, QStringLiteral("default"), 5));
+    QVERIFY2(m_window->runs().back()->label() == QStringLiteral("default 2"), qPrintable(m_window->runs().back()->label()));
 }
 
 void TestMainWindow::presentationModeScalesFonts()

@@ -22,8 +22,10 @@
 #include <QGridLayout>
 #include <QGuiApplication>
 #include <QHBoxLayout>
+#include <QInputDialog>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -210,7 +212,8 @@ void MainWindow::createDocks()
     runsDock->setObjectName(QStringLiteral("runsDock"));
     m_runList = new QListWidget;
     m_runList->setToolTip(tr("The runs of this session and runs opened from disk. Select one to "
-                             "show it; check others to overlay their loss, memory and throughput."));
+                             "show it; check others to overlay their loss, memory and throughput; "
+                             "double-click to rename."));
     runsDock->setWidget(m_runList);
     addDockWidget(Qt::LeftDockWidgetArea, runsDock);
     resizeDocks({formDock, workerDock, runsDock}, {560, 170, 120}, Qt::Vertical);
@@ -219,6 +222,17 @@ void MainWindow::createDocks()
             showRun(m_runs[std::size_t(row)]);
     });
     connect(m_runList, &QListWidget::itemChanged, this, [this] { updateCompare(); });
+    connect(m_runList, &QListWidget::itemDoubleClicked, this, [this](QListWidgetItem *item) {
+        const int row = m_runList->row(item);
+        if (row < 0 || row >= int(m_runs.size()))
+            return;
+        const RunDataPtr run = m_runs[std::size_t(row)];
+        bool ok = false;
+        const QString name = QInputDialog::getText(this, tr("Rename run"), tr("Name (in the list, legends and titles):"),
+                                                   QLineEdit::Normal, run->label(), &ok);
+        if (ok)
+            renameRun(run, name);
+    });
 }
 
 void MainWindow::createActions()
@@ -422,7 +436,9 @@ bool MainWindow::startRun()
     if (m_controller->isRunning())
         return false;
     hideBanner();
-    const QString label = tr("run %1").arg(m_runs.size() + 1);
+    const QString label = uniqueRunName(m_form->presetName().isEmpty()
+                                            ? QString::fromStdString(m_form->toJson().value("mode", std::string("run")))
+                                            : m_form->presetName());
     if (!m_controller->start(m_form->toJson(), label, m_settings.runsFolder, runFolderHint()))
         return false;
     // Not an error: the run goes on, but what it shows depends on it.
@@ -650,6 +666,35 @@ QString MainWindow::runItemText(const RunData &run) const
         .arg(run.label(), QString::fromStdString(run.config().mode))
         .arg(run.workers())
         .arg(run.interrupted ? tr("interrupted") : QString::fromLatin1(runStateName(run.state)));
+}
+
+QString MainWindow::uniqueRunName(const QString &base) const
+{
+    // Runs are named by what they ran (the preset, or the mode), numbered from the second on.
+    auto taken = [&](const QString &name) {
+        return std::any_of(m_runs.begin(), m_runs.end(), [&](const RunDataPtr &r) { return r->label() == name; });
+    };
+    if (!taken(base))
+        return base;
+    for (int i = 2;; ++i)
+        if (const QString name = QStringLiteral("%1 %2").arg(base).arg(i); !taken(name))
+            return name;
+}
+
+bool MainWindow::renameRun(const RunDataPtr &run, const QString &name)
+{
+    const QString trimmed = name.trimmed();
+    const auto it = std::find(m_runs.begin(), m_runs.end(), run);
+    if (trimmed.isEmpty() || it == m_runs.end())
+        return false;
+    run->setLabel(trimmed);
+    QListWidgetItem *item = m_runList->item(int(it - m_runs.begin()));
+    const QSignalBlocker block(m_runList);
+    item->setText(runItemText(*run));
+    if (run == m_shown)
+        m_timeline->setTitle(run->title());
+    m_charts->refresh();
+    return true;
 }
 
 void MainWindow::addRunToList(const RunDataPtr &run)

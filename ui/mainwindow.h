@@ -55,6 +55,8 @@ public:
     bool openRun(const QString &dir);
     // Run > Run Again: the shown run's configuration into the form, and started.
     bool rerunShown();
+    // A run's name in the list, legends and titles (double-click in the Runs list).
+    bool renameRun(const RunDataPtr &run, const QString &name);
     void setPresentationMode(bool on);
     // Exports the timeline or a chart (by name: timeline, loss, stalls, ...) to path.
     bool exportView(const QString &name, const QString &path, QSize size, double scale);
@@ -106,6 +108,7 @@ private:
     QSize defaultSize() const;
     QByteArray m_defaultState;
     QAction *m_rerunAction = nullptr;
+    QString uniqueRunName(const QString &base) const;
 };
 
 } // namespace syncopate
