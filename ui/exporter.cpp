@@ -15,6 +15,10 @@ bool exportPlot(QCustomPlot *plot, const QString &path, QSize size, double scale
 {
     const QString suffix = QFileInfo(path).suffix().toLower();
     const int w = size.width(), h = size.height();
+    // The timeline's legend wraps for the image's width, not the window's: every entry shows.
+    auto *timeline = qobject_cast<TimelineView *>(plot);
+    if (timeline)
+        timeline->fitLegendToWidth(w);
     bool ok = false;
     if (suffix == QLatin1String("png")) {
         ok = plot->savePng(path, w, h, scale);
@@ -37,6 +41,8 @@ bool exportPlot(QCustomPlot *plot, const QString &path, QSize size, double scale
             *error = QObject::tr("%1: unknown image format \"%2\" (use .png, .svg or .pdf)").arg(path, suffix);
         return false;
     }
+    if (timeline)
+        timeline->fitLegendToWidth();
     if (!ok && error)
         *error = QObject::tr("%1: could not be written").arg(path);
     return ok;

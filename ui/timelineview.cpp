@@ -86,15 +86,17 @@ void TimelineView::resizeEvent(QResizeEvent *event)
     fitLegendToWidth();
 }
 
-void TimelineView::fitLegendToWidth()
+void TimelineView::fitLegendToWidth(int width)
 {
+    if (width <= 0)
+        width = this->width();
     // As many columns as the widest entry allows, so that no label is cut at any width or
     // font size (a projector's large text wraps onto more rows instead).
     int widest = 1;
     for (int i = 0; i < legend->itemCount(); ++i)
         if (const QCPAbstractLegendItem *item = legend->item(i)) // a grid's empty cell is null
             widest = std::max(widest, item->minimumOuterSizeHint().width());
-    const int room = width() - legend->margins().left() - legend->margins().right() - 8;
+    const int room = width - legend->margins().left() - legend->margins().right() - 8;
     const int columns = std::max(1, (room + legend->columnSpacing()) / (widest + legend->columnSpacing()));
     if (legend->wrap() != columns) {
         legend->setWrap(columns);

@@ -25,6 +25,8 @@ public:
     void fitAll();
     void setTitle(const QString &title);
     void setPresentationScale(double scale);
+    // As many legend columns as the widest entry allows at this width (the widget's when 0).
+    void fitLegendToWidth(int width = 0);
     TimelinePlottable *plottable_() const { return m_plottable; }
     // Text describing the span (or folded spans) at a widget position; empty when none.
     QString describeAt(const QPoint &pos) const;
@@ -46,7 +48,7 @@ protected:
 private:
     void updateRowLabels();
     void placeLegend(bool show);
-    void fitLegendToWidth();
+
     void onSelectionAccepted(const QRect &rect, QMouseEvent *event);
 
     RunDataPtr m_run;
