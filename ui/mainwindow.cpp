@@ -551,15 +551,22 @@ QString MainWindow::runFolderHint() const
     const QString mode = QString::fromStdString(form.value("mode", std::string("run")));
     if (preset.isEmpty())
         return mode;
-    nlohmann::json base;
+    // What the preset sets, else each key's own default, as the form would hold them (not as
+    // the config resolves them: data.samples 0 means 8192 generated).
+    nlohmann::json base = nlohmann::json::object();
     try {
-        base = flattenConfig(parseConfig(flattenConfig(loadPreset(preset.toStdString()).config)).toJson());
+        for (const ConfigKey &k : configKeys())
+            base[k.name] = nlohmann::json::parse(k.defaultJson);
+        const nlohmann::json set = flattenConfig(loadPreset(preset.toStdString()).config);
+        for (const auto &[key, value] : set.items()) // a named json: items() refers to it
+            base[key] = value;
     } catch (const std::exception &) {
         return preset;
     }
     QStringList varied;
     for (const auto &[key, value] : form.items())
-        if (base.contains(key) && base[key] != value && varied.size() < 3)
+        if (base.contains(key) && !base[key].is_null() && base[key] != value &&
+            !(base[key].is_array() && base[key].empty() && value.is_array() && value.empty()) && varied.size() < 3)
             varied << QString::fromStdString(key + "=" +
                                              (value.is_string() ? value.get<std::string>() : value.dump()));
     return varied.isEmpty() ? preset : preset + QLatin1Char('-') + varied.join(QLatin1Char(','));
