@@ -43,7 +43,11 @@ void TestCli::interruptStopsAndKeepsTheRun()
         said += p->readAllStandardError();
     }
     QVERIFY2(said.contains("Ctrl-C stops"), said.constData());
-    QTest::qWait(500);
+    // Some steps in: metrics.csv has a row past its header (flushed about once a second).
+    QTRY_VERIFY_WITH_TIMEOUT([&] {
+        QFile csv(out + QStringLiteral("/metrics.csv"));
+        return csv.open(QIODevice::ReadOnly) && csv.readAll().count('\n') >= 2;
+    }(), 30000);
     ::kill(pid_t(p->processId()), SIGINT);
     QVERIFY(p->waitForFinished(30000));
     QCOMPARE(p->exitCode(), 130);

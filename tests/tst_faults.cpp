@@ -3,9 +3,6 @@
 #include "gpubackend.h"
 #include "testutil.h"
 
-#include <thread>
-
-
 using namespace syncopate;
 using namespace syncopate::test;
 using nlohmann::json;
@@ -66,11 +63,9 @@ void TestFaults::stopFromEveryBlockingState()
     // Waits for the state itself, never for a time: the workers have recorded spans (so a
     // blocking state is reached or about to be: the paused or scripted worker keeps the others
     // from going on), and a running run has done steps.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     const bool running = state == QLatin1String("run");
-    while ((running ? e.progress() < 20 : e.events().size() < 16) && !e.finished() &&
-           std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    QVERIFY2(QTest::qWaitFor([&] { return (running ? e.progress() >= 20 : e.events().size() >= 16) || e.finished(); }, 30000),
+             "the workers recorded nothing for 30 s");
     QCOMPARE(e.state(), RunState::Running);
     // A stop that is honoured ends the run in milliseconds. The deadline only tells a hang from
     // a stop, so it is generous for a loaded machine.

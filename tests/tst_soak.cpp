@@ -10,14 +10,12 @@
 #include "runcontroller.h"
 #endif
 
-#include <QDeadlineTimer>
 #include <QElapsedTimer>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 
 #include <algorithm>
 #include <random>
-#include <thread>
 
 using namespace syncopate;
 using namespace syncopate::test;
@@ -77,19 +75,6 @@ json soakConfig(const QString &mode)
     return c;
 }
 
-// Waits for a state of the run (never for a time); false once the deadline passes.
-template <typename Pred> bool waitUntil(Pred pred, int timeoutMs, bool processEvents)
-{
-    QDeadlineTimer deadline(timeoutMs);
-    while (!pred()) {
-        if (deadline.hasExpired())
-            return false;
-        if (processEvents)
-            QCoreApplication::processEvents(QEventLoop::AllEvents, 1);
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    return true;
-}
 
 // How far into the run to stop: a number of steps or of records, drawn from the seeded RNG.
 struct StopPoint {
@@ -196,7 +181,7 @@ void TestSoak::startStopCycles()
             dir = QDir(runs.path()).filePath(QStringLiteral("run-%1").arg(cycle)).toStdString();
             e.setOutputDirectory(dir);
             e.start();
-            QVERIFY2(waitUntil([&] { return reached(e, at) || e.finished(); }, kStopDeadlineMs, false),
+            QVERIFY2(QTest::qWaitFor([&] { return reached(e, at) || e.finished(); }, kStopDeadlineMs),
                      qPrintable(where + QStringLiteral(": the run made no progress for 10 s")));
             QVERIFY2(!e.finished(), qPrintable(where + QStringLiteral(": the run ended by itself (") +
                                               QString::fromLatin1(runStateName(e.state())) +
@@ -228,7 +213,7 @@ void TestSoak::startStopCycles()
             dir = run->directory().toStdString();
             QVERIFY2(!dir.empty(), qPrintable(where + QStringLiteral(": the run has no directory")));
             Engine *e = rc.engine();
-            QVERIFY2(waitUntil([&] { return reached(*e, at) || e->finished(); }, kStopDeadlineMs, true),
+            QVERIFY2(QTest::qWaitFor([&] { return reached(*e, at) || e->finished(); }, kStopDeadlineMs),
                      qPrintable(where + QStringLiteral(": the run made no progress for 10 s")));
             QVERIFY2(!e->finished(), qPrintable(where + QStringLiteral(": the run ended by itself")));
             // From the button to the controller saying the run ended (its poll is every 33 ms).
@@ -285,7 +270,7 @@ void TestSoak::destroyedWhileRunning()
         dir = QDir(runs.path()).filePath(QStringLiteral("run")).toStdString();
         e->setOutputDirectory(dir);
         e->start();
-        QVERIFY2(waitUntil([&] { return e->progress() >= 5 || e->finished(); }, kStopDeadlineMs, false),
+        QVERIFY2(QTest::qWaitFor([&] { return e->progress() >= 5 || e->finished(); }, kStopDeadlineMs),
                  "the run made no progress for 10 s");
         QVERIFY(!e->finished());
         QElapsedTimer clock;
@@ -301,7 +286,7 @@ void TestSoak::destroyedWhileRunning()
                  qPrintable(messages(failed)));
         dir = rc->run()->directory().toStdString();
         Engine *e = rc->engine();
-        QVERIFY2(waitUntil([&] { return e->progress() >= 5 || e->finished(); }, kStopDeadlineMs, true),
+        QVERIFY2(QTest::qWaitFor([&] { return e->progress() >= 5 || e->finished(); }, kStopDeadlineMs),
                  "the run made no progress for 10 s");
         QVERIFY(!e->finished());
         QElapsedTimer clock;

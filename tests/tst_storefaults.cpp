@@ -21,7 +21,6 @@
 #include <filesystem>
 #include <map>
 #include <random>
-#include <thread>
 #include <tuple>
 
 using namespace syncopate;
@@ -256,12 +255,11 @@ void TestStoreFaults::killedRunOpensAsInterrupted()
     // Until the row file holds two whole blocks (flushed about once a second) and the running
     // summary is there: polled for that state with a deadline, not slept for.
     const std::string row = dir + "/w0.syr";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    bool ready = false;
+    bool ready = false, ended = false;
     int status = 0;
-    while (!ready && std::chrono::steady_clock::now() < deadline) {
+    (void)QTest::qWaitFor([&] { // ready, or not: the kill comes either way, then the verdict
         if (::waitpid(pid, &status, WNOHANG) == pid)
-            QFAIL(qPrintable(QStringLiteral("the child ended before the kill: ") + describeStatus(status)));
+            return ended = true;
         std::error_code ec;
         if (fs::exists(dir + "/summary.json", ec) && fs::file_size(row, ec) > kChunkFileHeaderBytes + kBlockHeaderBytes) {
             try {
@@ -270,9 +268,10 @@ void TestStoreFaults::killedRunOpensAsInterrupted()
                 // a header being written as we look: look again
             }
         }
-        if (!ready)
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+        return ready;
+    }, 60000);
+    if (ended)
+        QFAIL(qPrintable(QStringLiteral("the child ended before the kill: ") + describeStatus(status)));
     ::kill(pid, SIGKILL);
     status = waitChild(pid);
     QVERIFY2(ready, "w0.syr did not get two blocks within 60 s");

@@ -3,6 +3,7 @@
 
 #include <QTest>
 
+#include <future>
 #include <thread>
 
 using namespace syncopate;
@@ -29,7 +30,9 @@ void TestTrace::runClockAgreesWithTheSteadyClock()
         RunClock clock;
         const auto s0 = std::chrono::steady_clock::now();
         const std::int64_t r0 = clock.now();
-        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        // Until the steady clock has moved 60 ms (however long the thread is descheduled).
+        while (std::chrono::steady_clock::now() - s0 < std::chrono::milliseconds(60)) {
+        }
         const std::int64_t r1 = clock.now();
         const auto s1 = std::chrono::steady_clock::now();
         QVERIFY(r1 > r0);
@@ -103,8 +106,18 @@ void TestTrace::computeSpanCarriesDescheduledTime()
     RecordRing ring;
     Recorder rec(0, clock, ring);
     {
+        // Blocked on a gate that another thread opens once it has run 20 ms of its own: the
+        // span's thread is off the CPU for all of that.
+        std::promise<void> gate;
+        std::thread opener([&] {
+            const auto t0 = std::chrono::steady_clock::now();
+            while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(20)) {
+            }
+            gate.set_value();
+        });
         ScopedSpan s(&rec, Phase::Forward, 1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        gate.get_future().wait();
+        opener.join();
     }
     {
         ScopedSpan s(&rec, Phase::Reduce, 1); // not a compute phase: its value is its own
