@@ -27,6 +27,16 @@ std::vector<std::unique_ptr<ChunkReader>> openRowFiles(const std::string &dir, s
     return readers;
 }
 
+// A run folder's config.json; a bad one is the folder's damage (StoreError naming the file).
+RunConfig readRunConfig(const std::string &path)
+{
+    try {
+        return parseConfig(readJsonFile(path));
+    } catch (const ConfigError &e) {
+        throw StoreError(path + ": " + e.what());
+    }
+}
+
 enum class Want { String, Number, Integer, Numbers, Strings, Object };
 
 bool hasType(const nlohmann::json &v, Want want)
@@ -114,11 +124,7 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     if (!fs::exists(configPath, ec))
         throw StoreError(dir + ": config.json is missing, so this is not a Syncopate run folder");
     OpenedRun run;
-    try {
-        run.config = parseConfig(readJsonFile(configPath));
-    } catch (const ConfigError &e) {
-        throw StoreError(configPath + ": " + e.what());
-    }
+    run.config = readRunConfig(configPath);
     auto readers = openRowFiles(dir, run.files);
     if (readers.empty())
         throw StoreError(dir + ": no row files (w0.syr, ...); a folder of Syncopate 0.1 or another tool?");
@@ -167,13 +173,7 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
 
 void exportTraceJson(const std::string &path, const std::string &runDir)
 {
-    const std::string configPath = (fs::path(runDir) / "config.json").string();
-    RunConfig config;
-    try {
-        config = parseConfig(readJsonFile(configPath));
-    } catch (const ConfigError &e) {
-        throw StoreError(configPath + ": " + e.what());
-    }
+    const RunConfig config = readRunConfig((fs::path(runDir) / "config.json").string());
     std::vector<std::string> files;
     TraceModel trace(config.workers, config.prefetch, config.batch);
     trace.adoptRowFiles(openRowFiles(runDir, files));

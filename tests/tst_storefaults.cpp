@@ -42,6 +42,7 @@ private Q_SLOTS:
 
 private:
     bool mountSmallTmpfs(const QString &dir, QString *why);
+    bool unmountTmpfs(QString *why); // the one mountSmallTmpfs made
 
     QTemporaryDir m_killed;  // the killed run, for the torn-tail cases
     std::string m_killedRun; // empty until a run was killed
@@ -171,15 +172,24 @@ std::string refusedStart(Engine &e, const std::string &dir)
 
 void TestStoreFaults::cleanup()
 {
-    if (!m_mounted.isEmpty()) {
-        const QByteArray path = QFile::encodeName(m_mounted);
-        if (::umount2(path.constData(), 0) != 0) {
-            // Something still holds a file there (a leaked descriptor): say so, then detach.
-            qWarning("umount %s: %s", path.constData(), std::strerror(errno));
-            ::umount2(path.constData(), MNT_DETACH);
-        }
+    QString why;
+    if (!m_mounted.isEmpty() && !unmountTmpfs(&why)) {
+        // Something still holds a file there (a leaked descriptor): say so, then detach.
+        qWarning("%s", qPrintable(why));
+        ::umount2(QFile::encodeName(m_mounted).constData(), MNT_DETACH);
         m_mounted.clear();
     }
+}
+
+bool TestStoreFaults::unmountTmpfs(QString *why)
+{
+    const QByteArray path = QFile::encodeName(m_mounted);
+    if (::umount2(path.constData(), 0) != 0) {
+        *why = QStringLiteral("umount %1: %2").arg(m_mounted, QString::fromLocal8Bit(std::strerror(errno)));
+        return false;
+    }
+    m_mounted.clear();
+    return true;
 }
 
 bool TestStoreFaults::mountSmallTmpfs(const QString &dir, QString *why)
@@ -442,10 +452,7 @@ void TestStoreFaults::fullDiskAtStart()
         QVERIFY2(problem.empty(), problem.c_str());
     }
     QCOMPARE(openDescriptors(), fdsBefore);
-    const QByteArray path = QFile::encodeName(tmp.path());
-    QVERIFY2(::umount2(path.constData(), 0) == 0,
-             qPrintable(QStringLiteral("umount: ") + QString::fromLocal8Bit(std::strerror(errno))));
-    m_mounted.clear();
+    QVERIFY2(unmountTmpfs(&why), qPrintable(why));
 }
 
 // The disk fills while the run goes: the run fails with an error that says the run folder
@@ -494,10 +501,7 @@ void TestStoreFaults::diskFullMidRun()
     qInfo("the directory opens as %s, %llu spans, %llu torn bytes", status.c_str(),
           (unsigned long long)opened.trace->spanCount(), (unsigned long long)opened.tornBytes);
     opened = {}; // its row files closed, so that the tmpfs unmounts before tmp is removed
-    const QByteArray path = QFile::encodeName(tmp.path());
-    QVERIFY2(::umount2(path.constData(), 0) == 0,
-             qPrintable(QStringLiteral("umount: ") + QString::fromLocal8Bit(std::strerror(errno))));
-    m_mounted.clear();
+    QVERIFY2(unmountTmpfs(&why), qPrintable(why));
 }
 
 QTEST_GUILESS_MAIN(TestStoreFaults)

@@ -43,25 +43,27 @@ QString mdField(const QString &f)
 ComparisonTable compareRuns(const std::vector<RunDataPtr> &runs)
 {
     ComparisonTable t;
-    t.header = {QObject::tr("run"), QObject::tr("mode"), QObject::tr("workers"), QObject::tr("wall (s)"),
-                QObject::tr("samples/s"), QObject::tr("stall %"), QObject::tr("off CPU %"),
-                QObject::tr("staleness mean"), QObject::tr("staleness max"), QObject::tr("final loss"),
-                QObject::tr("held-out loss"), QObject::tr("held-out accuracy %"),
-                QObject::tr("peak activations (MiB)"), QObject::tr("recompute (ms)")};
-    t.tips = {QObject::tr("The run's name"),
-              QObject::tr("sync, async (with its staleness bound) or checkpointed"),
-              QObject::tr("Workers that trained"),
-              QObject::tr("Wall time of the run"),
-              QObject::tr("Training samples per second, all workers together"),
-              QObject::tr("Share of worker time spent waiting (barrier, bound, server lock)"),
-              QObject::tr("Share of worker time a worker could run but the OS did not run it"),
-              QObject::tr("Mean updates applied between a worker's pull and its push (async)"),
-              QObject::tr("The stalest update (async)"),
-              QObject::tr("Mean training loss over the workers at the last step"),
-              QObject::tr("Loss on the held-out set at the end"),
-              QObject::tr("Accuracy on the held-out set at the end"),
-              QObject::tr("Peak activation memory of one worker"),
-              QObject::tr("Time spent recomputing activations (checkpointing)")};
+    // Each column with what it means (its header's tooltip).
+    const std::pair<QString, QString> columns[] = {
+        {QObject::tr("run"), QObject::tr("The run's name")},
+        {QObject::tr("mode"), QObject::tr("sync, async (with its staleness bound) or checkpointed")},
+        {QObject::tr("workers"), QObject::tr("Workers that trained")},
+        {QObject::tr("wall (s)"), QObject::tr("Wall time of the run")},
+        {QObject::tr("samples/s"), QObject::tr("Training samples per second, all workers together")},
+        {QObject::tr("stall %"), QObject::tr("Share of worker time spent waiting (barrier, bound, server lock)")},
+        {QObject::tr("off CPU %"), QObject::tr("Share of worker time a worker could run but the OS did not run it")},
+        {QObject::tr("staleness mean"), QObject::tr("Mean updates applied between a worker's pull and its push (async)")},
+        {QObject::tr("staleness max"), QObject::tr("The stalest update (async)")},
+        {QObject::tr("final loss"), QObject::tr("Mean training loss over the workers at the last step")},
+        {QObject::tr("held-out loss"), QObject::tr("Loss on the held-out set at the end")},
+        {QObject::tr("held-out accuracy %"), QObject::tr("Accuracy on the held-out set at the end")},
+        {QObject::tr("peak activations (MiB)"), QObject::tr("Peak activation memory of one worker")},
+        {QObject::tr("recompute (ms)"), QObject::tr("Time spent recomputing activations (checkpointing)")},
+    };
+    for (const auto &[name, tip] : columns) {
+        t.header << name;
+        t.tips << tip;
+    }
     for (const RunDataPtr &run : runs) {
         if (!run)
             continue;

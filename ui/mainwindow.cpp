@@ -575,12 +575,9 @@ QString MainWindow::runFolderHint() const
 std::vector<RunDataPtr> MainWindow::comparedRuns() const
 {
     // The shown run first, then the checked ones in list order; every run when none is checked.
-    std::vector<RunDataPtr> runs;
+    std::vector<RunDataPtr> runs = checkedRuns();
     if (m_shown)
-        runs.push_back(m_shown);
-    for (int i = 0; i < m_runList->count() && i < int(m_runs.size()); ++i)
-        if (m_runList->item(i)->checkState() == Qt::Checked && m_runs[std::size_t(i)] != m_shown)
-            runs.push_back(m_runs[std::size_t(i)]);
+        runs.insert(runs.begin(), m_shown);
     if (runs.size() <= 1)
         runs = m_runs;
     return runs;
@@ -724,14 +721,17 @@ void MainWindow::showRun(const RunDataPtr &run)
     updateCompare();
 }
 
-void MainWindow::updateCompare()
+std::vector<RunDataPtr> MainWindow::checkedRuns() const
 {
-    std::vector<RunDataPtr> compare;
+    // Checked in the Runs list, in list order, the shown run left out.
+    std::vector<RunDataPtr> runs;
     for (int i = 0; i < m_runList->count() && i < int(m_runs.size()); ++i)
         if (m_runList->item(i)->checkState() == Qt::Checked && m_runs[std::size_t(i)] != m_shown)
-            compare.push_back(m_runs[std::size_t(i)]);
-    m_charts->setRuns(m_shown, compare);
+            runs.push_back(m_runs[std::size_t(i)]);
+    return runs;
 }
+
+void MainWindow::updateCompare() { m_charts->setRuns(m_shown, checkedRuns()); }
 
 bool MainWindow::openRun(const QString &dir)
 {

@@ -109,6 +109,7 @@ private:
     QByteArray m_defaultState;
     QAction *m_rerunAction = nullptr;
     QString uniqueRunName(const QString &base) const;
+    std::vector<RunDataPtr> checkedRuns() const;
 };
 
 } // namespace syncopate
