@@ -835,7 +835,11 @@ void Engine::recordEval(WorkerState &w, std::int64_t step, const EvalResult &r)
     w.rec.counter(CounterId::EvalLoss, s32, r.loss);
     if (m_config.classification())
         w.rec.counter(CounterId::EvalAccuracy, s32, r.accuracy);
-    m_evalHistory.push_back({step, r.loss, r.accuracy});
+    // Async workers evaluate their snapshots concurrently, so a later version can finish
+    // first; the history stays in step order.
+    const auto at = std::upper_bound(m_evalHistory.begin(), m_evalHistory.end(), step,
+                                     [](std::int64_t s, const EvalPoint &p) { return s < p.step; });
+    m_evalHistory.insert(at, {step, r.loss, r.accuracy});
 }
 
 } // namespace syncopate
