@@ -25,6 +25,7 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch)
     m_counters.assign(std::size_t(CounterId::Count), std::vector<std::vector<CounterPoint>>(w));
     m_counterStride.assign(std::size_t(CounterId::Count) * w, 1);
     m_steps.assign(w, {});
+    m_stalenessPerWorker.assign(w, {});
     for (int i = 0; i < m_workers; ++i) {
         Row main;
         main.desc = {i, RowKind::Worker, "worker " + std::to_string(i)};
@@ -150,6 +151,10 @@ void TraceModel::addCounter(const Record &r)
         if (m_staleness.size() <= s)
             m_staleness.resize(s + 1, 0);
         ++m_staleness[s];
+        auto &own = m_stalenessPerWorker[std::size_t(r.worker)];
+        if (own.size() <= s)
+            own.resize(s + 1, 0);
+        ++own[s];
     }
 }
 

@@ -82,6 +82,11 @@ public:
     int stepsPerPoint(int worker) const { return m_steps[std::size_t(worker)].stride; }
     // Updates per staleness value, all workers together (values past the bound counted last).
     const std::vector<std::uint64_t> &stalenessHistogram() const { return m_staleness; }
+    // The same per worker (the updates that worker pushed); empty for a worker with none.
+    const std::vector<std::uint64_t> &stalenessHistogram(int worker) const
+    {
+        return m_stalenessPerWorker[std::size_t(worker)];
+    }
     // Samples per second over consecutive half-second windows: (window end, rate).
     std::vector<std::pair<double, double>> throughput() const;
     // Time per phase of each worker inside [t0, t1] (main rows), exact from the raw spans.
@@ -140,6 +145,7 @@ private:
     std::vector<int> m_counterStride;                               // [counter * workers + worker]
     std::vector<StepSeries> m_steps;
     std::vector<std::uint64_t> m_staleness;
+    std::vector<std::vector<std::uint64_t>> m_stalenessPerWorker;
     std::vector<std::uint32_t> m_batchesPerWindow;
     std::int64_t m_last = 0;
     std::uint64_t m_spans = 0, m_records = 0;

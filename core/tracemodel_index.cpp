@@ -15,7 +15,8 @@ namespace syncopate {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'I', 'D', 'X', '\0'};
-constexpr std::uint32_t kIndexVersion = 2; // 2: steps carry descheduled time
+// 2: steps carry descheduled time; 3: a staleness histogram per worker
+constexpr std::uint32_t kIndexVersion = 3;
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t(1) << 31;
 
 class Out {
@@ -129,6 +130,8 @@ void TraceModel::saveIndex(const std::string &path) const
         o.putVector(s.points);
     }
     o.putVector(m_staleness);
+    for (const auto &h : m_stalenessPerWorker)
+        o.putVector(h);
     o.putVector(m_batchesPerWindow);
     o.put<std::uint32_t>(std::uint32_t(crc32(0, o.m_bytes.data(), uInt(o.m_bytes.size()))));
     // Compressed: the summaries of quiet stretches are runs of empty buckets.
@@ -263,6 +266,9 @@ bool TraceModel::loadIndex(const std::string &path)
         s.points = in.getVector<StepPoint>(kMaxStepPoints + 1, "a step series");
     }
     m_staleness = in.getVector<std::uint64_t>(kMaxStaleness, "the staleness histogram");
+    m_stalenessPerWorker.assign(std::size_t(m_workers), {});
+    for (auto &h : m_stalenessPerWorker)
+        h = in.getVector<std::uint64_t>(kMaxStaleness, "a worker's staleness histogram");
     m_batchesPerWindow = in.getVector<std::uint32_t>(std::uint64_t(1e7) + 1, "the throughput windows");
     return true;
 }

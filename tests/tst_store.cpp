@@ -292,7 +292,13 @@ void TestStore::indexRoundTrips()
     m.append(steps(0, 3000));
     m.append(steps(1, 3000, 777));
     m.append({Record::counterSample(0, CounterId::Staleness, 3, 100, 4),
+              Record::counterSample(1, CounterId::Staleness, 4, 120, 2),
+              Record::counterSample(1, CounterId::Staleness, 5, 130, 2),
               Record::span(1, Phase::Data, Lane::Data, 2, 50, 60)});
+    // Per worker, and together: worker 0 pushed one update 4 stale, worker 1 two 2 stale.
+    QCOMPARE(m.stalenessHistogram(0), (std::vector<std::uint64_t>{0, 0, 0, 0, 1}));
+    QCOMPARE(m.stalenessHistogram(1), (std::vector<std::uint64_t>{0, 0, 2}));
+    QCOMPARE(m.stalenessHistogram(), (std::vector<std::uint64_t>{0, 0, 2, 0, 1}));
     const std::string path = m_dir.filePath(QStringLiteral("index.syi")).toStdString();
     m.saveIndex(path);
     TraceModel back(2, true, 16);
@@ -312,6 +318,8 @@ void TestStore::indexRoundTrips()
     QCOMPARE(back.counter(CounterId::Loss, 1).size(), m.counter(CounterId::Loss, 1).size());
     QCOMPARE(back.steps(0).size(), m.steps(0).size());
     QCOMPARE(back.stalenessHistogram(), m.stalenessHistogram());
+    QCOMPARE(back.stalenessHistogram(0), m.stalenessHistogram(0));
+    QCOMPARE(back.stalenessHistogram(1), m.stalenessHistogram(1));
     // A model of another shape refuses the index by its field.
     TraceModel other(3, true, 16);
     try {

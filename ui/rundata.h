@@ -59,6 +59,7 @@ public:
     }
     std::vector<std::pair<double, double>> throughput() const { return m_trace->throughput(); }
     const std::vector<std::uint64_t> &stalenessHistogram() const { return m_trace->stalenessHistogram(); }
+    const std::vector<std::uint64_t> &stalenessHistogram(int worker) const { return m_trace->stalenessHistogram(worker); }
 
     // Filled when the run has ended (or was loaded from disk).
     nlohmann::json summary;
