@@ -7,6 +7,8 @@
 #include <QCommandLineParser>
 #include <QTimer>
 
+#include <cstdio>
+
 using namespace syncopate;
 
 int main(int argc, char **argv)
@@ -25,7 +27,13 @@ int main(int argc, char **argv)
     const QCommandLineOption preset(QStringLiteral("preset"), QStringLiteral("Load the preset NAME."), QStringLiteral("NAME"));
     const QCommandLineOption config(QStringLiteral("config"), QStringLiteral("Load the config FILE."), QStringLiteral("FILE"));
     const QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the run at once."));
-    const QCommandLineOption open(QStringLiteral("open"), QStringLiteral("Open the run directory DIR."), QStringLiteral("DIR"));
+    const QCommandLineOption open(QStringLiteral("open"),
+                                  QStringLiteral("Open the run directory DIR; given again, the runs opened before the "
+                                                 "last are checked to compare with it."),
+                                  QStringLiteral("DIR"));
+    const QCommandLineOption chart(QStringLiteral("chart"),
+                                   QStringLiteral("Show the chart NAME: loss, stalls, staleness, memory or throughput."),
+                                   QStringLiteral("NAME"));
     const QCommandLineOption screenshot(QStringLiteral("screenshot"),
                                         QStringLiteral("Save a screenshot of the window to FILE when the run "
                                                        "has ended (or once DIR is open), then quit."),
@@ -35,7 +43,7 @@ int main(int argc, char **argv)
                                                   "(to show a run in progress)."),
                                    QStringLiteral("MS"));
     const QCommandLineOption presentation(QStringLiteral("presentation"), QStringLiteral("Start in presentation mode."));
-    parser.addOptions({preset, config, start, open, screenshot, delay, presentation});
+    parser.addOptions({preset, config, start, open, chart, screenshot, delay, presentation});
     parser.process(app);
 
     MainWindow window;
@@ -46,6 +54,16 @@ int main(int argc, char **argv)
     if (parser.isSet(presentation))
         window.setPresentationMode(true);
     window.show();
+    if (parser.isSet(chart) && !window.showChart(parser.value(chart)))
+        std::fprintf(stderr, "syncopate: no chart named %s (loss, stalls, staleness, memory, throughput)\n",
+                     qPrintable(parser.value(chart)));
+    // Several runs: each opened, all but the last checked to compare with the last.
+    auto openAll = [&window, dirs = parser.values(open)] {
+        for (const QString &dir : dirs)
+            window.openRun(dir);
+        for (std::size_t i = 0; i + 1 < window.runs().size(); ++i)
+            window.setCompared(window.runs()[i], true);
+    };
 
     const QString shot = parser.value(screenshot);
     const int after = parser.value(delay).toInt();
@@ -63,9 +81,9 @@ int main(int argc, char **argv)
         if (parser.isSet(start))
             QTimer::singleShot(0, &window, [&window] { window.startRun(); });
         if (parser.isSet(open))
-            window.openRun(parser.value(open));
+            openAll();
     } else if (parser.isSet(open)) {
-        window.openRun(parser.value(open));
+        openAll();
         if (!shot.isEmpty())
             grab();
     } else if (parser.isSet(start)) {

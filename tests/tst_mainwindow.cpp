@@ -6,12 +6,15 @@
 #include "experimentform.h"
 #include "gpubackend.h"
 #include "mainwindow.h"
+#include "phasestyle.h"
 #include "session.h"
 #include "runcontroller.h"
 #include "timelineplottable.h"
 #include "timelineview.h"
 
+#include <QDir>
 #include <QDockWidget>
+#include <QFileInfo>
 #include <QComboBox>
 #include <QLineEdit>
 #include <QSignalSpy>
@@ -96,7 +99,8 @@ void TestMainWindow::emptyViewsSayWhy()
     QVERIFY(!w.timeline()->legend->visible());
     for (auto &[name, plot] : w.charts()->plots()) {
         QVERIFY2(placeholderText(plot).contains(QStringLiteral("No run yet")), qPrintable(name));
-        QVERIFY2(!plot->legend->visible(), qPrintable(name));
+        // A chart's legend sits beside it in a cell of its own: empty, it has no box to draw.
+        QVERIFY2(plot->legend->itemCount() == 0 && plot->legend->borderPen().style() == Qt::NoPen, qPrintable(name));
     }
 }
 
@@ -188,15 +192,21 @@ void TestMainWindow::runsAPresetToTheEnd()
         for (const StepPoint &v : run->steps(worker))
             QVERIFY(v.waitMs >= 0);
     }
-    // With data the placeholders are gone, except where sync has nothing to show.
+    // With data the placeholders are gone.
     QVERIFY(placeholderText(w.timeline()).isEmpty());
     QVERIFY(w.timeline()->legend->visible());
-    for (auto &[name, plot] : w.charts()->plots()) {
-        if (plot == w.charts()->stalenessPlot())
-            QVERIFY(placeholderText(plot).startsWith(QStringLiteral("Synchronous")));
-        else
-            QVERIFY2(placeholderText(plot).isEmpty(), qPrintable(name + QStringLiteral(": ") + placeholderText(plot)));
-    }
+    for (auto &[name, plot] : w.charts()->plots())
+        QVERIFY2(placeholderText(plot).isEmpty(), qPrintable(name + QStringLiteral(": ") + placeholderText(plot)));
+    // Sync's staleness says it plainly: one bar, every one of the 30 updates 0 stale.
+    QCustomPlot *staleness = w.charts()->stalenessPlot();
+    auto *bars = qobject_cast<QCPBars *>(staleness->plottable(0));
+    QVERIFY(bars);
+    QCOMPARE(bars->data()->size(), 1);
+    QCOMPARE(bars->data()->begin()->key, 0.0);
+    QCOMPARE(bars->data()->begin()->value, 30.0);
+    auto *title = qobject_cast<QCPTextElement *>(staleness->plotLayout()->element(0, 0));
+    QVERIFY2(title && title->text().contains(QStringLiteral("every update is 0 stale (30 updates)")),
+             qPrintable(title ? title->text() : QString()));
     // The timeline drew something.
     w.timeline()->replot();
     QVERIFY(w.timeline()->plottable_()->lastMarkCount() > 0);
@@ -245,6 +255,48 @@ void TestMainWindow::asyncRunFillsStaleness()
     auto *bars = qobject_cast<QCPBars *>(w.charts()->stalenessPlot()->plottable(0));
     QVERIFY(bars && bars->dataCount() > 0);
     QVERIFY(placeholderText(w.charts()->stalenessPlot()).isEmpty());
+    // Split per worker: one stacked bar set per worker, which together are the whole histogram.
+    w.charts()->setSplitStaleness(true);
+    QCustomPlot *sp = w.charts()->stalenessPlot();
+    std::vector<double> total(run->stalenessHistogram().size(), 0.0);
+    int sets = 0;
+    for (int i = 0; i < sp->plottableCount(); ++i)
+        if (auto *b = qobject_cast<QCPBars *>(sp->plottable(i))) {
+            QCOMPARE(b->name(), QStringLiteral("worker %1").arg(sets));
+            QCOMPARE(b->barBelow() != nullptr, sets > 0);
+            for (const QCPBarsData &d : *b->data())
+                total[std::size_t(d.key)] += d.value;
+            ++sets;
+        }
+    QCOMPARE(sets, run->workers());
+    for (std::size_t s = 0; s < total.size(); ++s)
+        QCOMPARE(total[s], double(run->stalenessHistogram()[s]));
+    w.charts()->setSplitStaleness(false);
+    // Compared with another run, each histogram is in shares of its run's updates: the compared
+    // run's line sums to 100%, and the stalls chart has the compared run's mean line, named.
+    const RunDataPtr other = w.runs().front();
+    w.charts()->setRuns(run, {other});
+    double share = 0;
+    QCPGraph *line = sp->graph(sp->graphCount() - 1);
+    QVERIFY(line->name().startsWith(other->label()));
+    for (const QCPGraphData &d : *line->data())
+        share += d.value;
+    QVERIFY2(std::abs(share - 100.0) < 1e-6, qPrintable(QString::number(share)));
+    QVERIFY(sp->yAxis->label().contains(QStringLiteral("share")));
+    QCustomPlot *stalls = w.charts()->stallPlot();
+    QCPGraph *mean = stalls->graph(stalls->graphCount() - 1);
+    QVERIFY2(mean->name().startsWith(other->label()) && mean->name().contains(QStringLiteral("% of time lost")),
+             qPrintable(mean->name()));
+    QVERIFY(mean->dataCount() > 0);
+    QVERIFY(mean->pen().color() != seriesColor(0) && mean->pen().color() != seriesColor(5));
+    w.charts()->setRuns(run, {});
+    // Checked in the Runs list, the other run stacks under the shown one on the timeline.
+    w.setCompared(other, true);
+    QCOMPARE(int(w.timeline()->runs().size()), 2);
+    QCOMPARE(w.timeline()->runs().front(), run);
+    QCOMPARE(w.timeline()->runs().back(), other);
+    w.setCompared(other, false);
+    QCOMPARE(int(w.timeline()->runs().size()), 1);
 
     // Against samples processed, an async update is one worker's batch: the last loss sits at
     // 80 updates x batch 64, not at the step count.
@@ -319,6 +371,9 @@ void TestMainWindow::openRunShowsItAgain()
     // The form holds the opened run's configuration, ready to run again.
     const nlohmann::json form = w.form()->toJson();
     QCOMPARE(form.value("mode", std::string()), original->config().mode);
+    // ... and the preset box no longer names whatever preset was chosen before.
+    QCOMPARE(w.form()->presetName(), QString());
+    QVERIFY2(w.form()->presetText().contains(opened->label()), qPrintable(w.form()->presetText()));
     QCOMPARE(form.value("workers", 0), original->config().workers);
     QCOMPARE(form.value("train.steps", 0), original->config().steps);
     QVERIFY(!w.openRun(m_dir.filePath(QStringLiteral("nothing-here"))));
@@ -429,6 +484,19 @@ void TestMainWindow::comparisonTableCopies()
     QCOMPARE(first->label(), QStringLiteral("baseline"));
     QVERIFY(m_window->runListTexts().front().startsWith(QStringLiteral("baseline: ")));
     QVERIFY(!m_window->renameRun(first, QStringLiteral("   ")));
+    // Its folder took the name, so the run opens under it later; a second run cannot take a
+    // name whose folder exists, and keeps its own.
+    QVERIFY(!first->directory().isEmpty());
+    QCOMPARE(QDir(first->directory()).dirName(), QStringLiteral("baseline"));
+    QVERIFY(QFileInfo::exists(QDir(first->directory()).filePath(QStringLiteral("summary.json"))));
+    const RunDataPtr second = m_window->runs()[1];
+    const QString secondDir = second->directory();
+    QVERIFY(!m_window->renameRun(second, QStringLiteral("baseline")));
+    QCOMPARE(second->directory(), secondDir);
+    QVERIFY(m_window->bannerText().contains(QStringLiteral("exists")));
+    QVERIFY(m_window->renameRun(second, QStringLiteral("../up/and away")));
+    QCOMPARE(QDir(second->directory()).dirName(), QStringLiteral("_.._up_and_away"));
+    QCOMPARE(QFileInfo(second->directory()).dir().absolutePath(), QFileInfo(secondDir).dir().absolutePath());
     QStringList labels;
     for (const RunDataPtr &r : m_window->runs())
         labels << r->label();

@@ -1,4 +1,5 @@
 // The timeline's culling and folding, and span lookup, without a GUI.
+#include "rundata.h"
 #include "timelinelayout.h"
 
 #include <QTest>
@@ -15,6 +16,9 @@ private Q_SLOTS:
     void aWideSpanAfterTinyOnesKeepsItsShape();
     void foldedMarkTakesTheDominantPhase();
     void lookup();
+    void runsStackUnderHeadings();
+    void labelsThin_data();
+    void labelsThin();
 };
 
 static std::vector<Record> uniform(std::size_t n, std::int64_t period, std::int64_t length,
@@ -123,6 +127,72 @@ void TestTimelineLayout::lookup()
     QCOMPARE(spanAt(v, 5000, 10), std::ptrdiff_t(-1));
     QCOMPARE(countSpansIn(v, 120, 420), std::size_t(4)); // spans 1..4
     QCOMPARE(countSpansIn(v, 60, 90), std::size_t(0));
+}
+
+void TestTimelineLayout::runsStackUnderHeadings()
+{
+    const std::vector<TimelineRow> a{{0, false}, {1, false}};
+    const std::vector<TimelineRow> b{{0, false}, {0, true}, {1, false}, {1, true}, {2, false}, {2, true}};
+    const auto alone = stackRuns({&a});
+    QCOMPARE(alone.size(), std::size_t(2));
+    QVERIFY(!alone[0].heading());
+    QCOMPARE(alone[1].row, 1);
+    const auto both = stackRuns({&a, &b});
+    QCOMPARE(both.size(), std::size_t(10));
+    QVERIFY(both[0].heading() && both[0].run == 0);
+    QVERIFY(both[3].heading() && both[3].run == 1);
+    QCOMPARE(both[8].run, std::size_t(1));
+    QCOMPARE(both[8].row, 4);
+    QCOMPARE(both[8].worker, 2);
+    QVERIFY(both[9].dataLane);
+}
+
+void TestTimelineLayout::labelsThin_data()
+{
+    QTest::addColumn<int>("runs");
+    QTest::addColumn<int>("workers");
+    QTest::addColumn<bool>("lanes");
+    QTest::addColumn<double>("pxPerSlot");
+    QTest::addColumn<int>("labels"); // how many slots keep a label
+    const double label = 16;
+    QTest::newRow("1 x 8, room") << 1 << 8 << false << 20.0 << 8;
+    QTest::newRow("1 x 16, half room: w0 w2 ... w14") << 1 << 16 << false << 10.0 << 8;
+    QTest::newRow("3 x 16, room") << 3 << 16 << false << label << 51;
+    QTest::newRow("3 x 16, half room: 3 headings, w2 .. w14") << 3 << 16 << false << 8.0 << 3 + 3 * 7;
+    QTest::newRow("3 x 16, a third: w4 w8 w12") << 3 << 16 << false << 6.0 << 3 + 3 * 3;
+    QTest::newRow("3 x 16 lanes, a third: w2 .. w14") << 3 << 16 << true << 6.0 << 3 + 3 * 7;
+    QTest::newRow("3 x 16, tiny: headings only") << 3 << 16 << false << 0.5 << 3;
+}
+
+void TestTimelineLayout::labelsThin()
+{
+    QFETCH(int, runs);
+    QFETCH(int, workers);
+    QFETCH(bool, lanes);
+    QFETCH(double, pxPerSlot);
+    QFETCH(int, labels);
+    const double labelPx = 16;
+    std::vector<TimelineRow> rows;
+    for (int w = 0; w < workers; ++w) {
+        rows.push_back({w, false});
+        if (lanes)
+            rows.push_back({w, true});
+    }
+    const auto stack = stackRuns(std::vector<const std::vector<TimelineRow> *>(std::size_t(runs), &rows));
+    const auto shown = labelledSlots(stack, pxPerSlot, labelPx);
+    QCOMPARE(shown.size(), stack.size());
+    QCOMPARE(int(std::count(shown.begin(), shown.end(), true)), labels);
+    std::ptrdiff_t previous = -1000000;
+    for (std::size_t i = 0; i < stack.size(); ++i) {
+        if (stack[i].heading())
+            QVERIFY2(shown[i], "a heading always keeps its label");
+        if (!shown[i])
+            continue;
+        // Never closer than a label, unless everything fits anyway (or only headings remain).
+        if (pxPerSlot * double(std::ptrdiff_t(i) - previous) < labelPx)
+            QVERIFY(labels == 3);
+        previous = std::ptrdiff_t(i);
+    }
 }
 
 QTEST_APPLESS_MAIN(TestTimelineLayout)

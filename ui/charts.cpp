@@ -6,6 +6,7 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QEvent>
 #include <QSpinBox>
 #include <QVBoxLayout>
 
@@ -117,12 +118,35 @@ void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
     plot->yAxis->setLabel(yLabel);
     plot->legend->setVisible(true);
     plot->legend->setBrush(QColor(255, 255, 255, 220));
-    // Columns of at most nine entries: sixteen workers make two columns, not a list taller
-    // than the plot.
+    // Beside the plot, not over it: on a 720-line projector a chart is 200 pixels high and an
+    // inset legend of seven entries covered its data. Top-aligned in its own column, above an
+    // empty cell that takes the rest of the height.
+    if (plot->legend->layout() == plot->axisRect()->insetLayout()) {
+        plot->axisRect()->insetLayout()->take(plot->legend);
+        plot->axisRect()->insetLayout()->simplify();
+        auto *side = new QCPLayoutGrid;
+        plot->plotLayout()->addElement(1, 1, side);
+        side->addElement(0, 0, plot->legend);
+        side->addElement(1, 0, new QCPLayoutElement(plot));
+        side->setRowStretchFactor(0, 0.001);
+        side->setMargins(QMargins(0, 6, 4, 0));
+        plot->plotLayout()->setColumnStretchFactor(1, 0.001);
+    }
     plot->legend->setFillOrder(QCPLayoutGrid::foRowsFirst);
-    plot->legend->setWrap(9);
-    plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    fitLegendToHeight(plot);
     plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+}
+
+void fitLegendToHeight(QCustomPlot *plot)
+{
+    // Rows as the plot's height holds (at least three): sixteen workers wrap into columns
+    // rather than run off the bottom.
+    const int row = QFontMetrics(plot->legend->font()).height() + plot->legend->rowSpacing() + 2;
+    const int rows = std::max(3, (plot->height() - 40) / std::max(1, row));
+    if (plot->legend->wrap() != rows) {
+        plot->legend->setWrap(rows);
+        plot->legend->setFillOrder(QCPLayoutGrid::foRowsFirst, true);
+    }
 }
 
 namespace {
@@ -168,8 +192,10 @@ void setPlaceholder(QCustomPlot *plot, const QString &text)
     }
     // Only a legend inset in the axis rect is hidden: hiding one that is a cell of the plot's
     // layout grid upsets the grid's column widths.
-    if (plot->legend->layout() == plot->axisRect()->insetLayout())
-        plot->legend->setVisible(plot->legend->itemCount() > 0);
+    // A legend beside the plot stays in its cell (hiding it upsets the grid's column widths);
+    // empty, it draws no box.
+    plot->legend->setBorderPen(plot->legend->itemCount() > 0 ? QPen(Qt::black) : QPen(Qt::NoPen));
+    plot->legend->setBrush(plot->legend->itemCount() > 0 ? QBrush(QColor(255, 255, 255, 220)) : QBrush(Qt::NoBrush));
 }
 
 QString placeholderText(QCustomPlot *plot)
@@ -196,6 +222,7 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
         auto *plot = new QCustomPlot;
         plot->setToolTip(metricHelp(helpKey));
         plot->setObjectName(helpKey);
+        plot->installEventFilter(this);
         Q_UNUSED(name);
         return plot;
     };
@@ -236,7 +263,20 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
 
     addTab(lossPage, tr("Loss"));
     addTab(m_stalls, tr("Stalls"));
-    addTab(m_staleness, tr("Staleness"));
+    // Staleness tab: the split option above the plot.
+    auto *stalenessPage = new QWidget;
+    auto *stalenessLayout = new QVBoxLayout(stalenessPage);
+    stalenessLayout->setContentsMargins(0, 0, 0, 0);
+    m_splitStaleness = new QCheckBox(tr("split per worker"));
+    m_splitStaleness->setToolTip(tr("Stack the histogram by the worker that pushed each update: a "
+                                    "slow worker's gradients are the stale ones."));
+    auto *stalenessOptions = new QHBoxLayout;
+    stalenessOptions->addWidget(m_splitStaleness);
+    stalenessOptions->addStretch();
+    stalenessLayout->addLayout(stalenessOptions);
+    stalenessLayout->addWidget(m_staleness);
+    connect(m_splitStaleness, &QCheckBox::toggled, this, [this] { rebuild(); });
+    addTab(stalenessPage, tr("Staleness"));
     addTab(m_memory, tr("Activation memory"));
     addTab(m_throughput, tr("Throughput"));
     for (int i = 0; i < count(); ++i)
@@ -249,6 +289,14 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     setupChart(m_memory, tr("Peak activation memory per step"), tr("step"), tr("activations (KiB)"));
     setupChart(m_throughput, tr("Throughput"), tr("run time (s)"), tr("samples / s"));
     refresh();
+}
+
+bool ChartsWidget::eventFilter(QObject *watched, QEvent *event)
+{
+    if (event->type() == QEvent::Resize)
+        if (auto *plot = qobject_cast<QCustomPlot *>(watched))
+            fitLegendToHeight(plot);
+    return QTabWidget::eventFilter(watched, event);
 }
 
 std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::plots() const
@@ -266,6 +314,8 @@ void ChartsWidget::setLogLoss(bool log) { m_logLoss->setChecked(log); }
 bool ChartsWidget::lossAgainstTime() const { return m_lossAxis->currentIndex() == 1; }
 int ChartsWidget::smoothing() const { return m_smoothing->value(); }
 bool ChartsWidget::logLoss() const { return m_logLoss->isChecked(); }
+void ChartsWidget::setSplitStaleness(bool split) { m_splitStaleness->setChecked(split); }
+bool ChartsWidget::splitStaleness() const { return m_splitStaleness->isChecked(); }
 
 void ChartsWidget::setRuns(RunDataPtr current, std::vector<RunDataPtr> compare)
 {
@@ -314,10 +364,7 @@ void ChartsWidget::refresh()
     const bool running = m_current && m_current->state == RunState::Running;
     for (auto &[name, plot] : plots()) {
         QString text;
-        if (plot == m_staleness && m_current && !m_current->config().async())
-            text = tr("Synchronous: every gradient is computed on the current parameters,\n"
-                      "so no update is stale.");
-        else if (!hasData(plot))
+        if (!hasData(plot))
             text = haveRun && !running ? tr("This run recorded nothing for this chart.")
                                        : emptyPlotText(haveRun);
         setPlaceholder(plot, text);
@@ -398,8 +445,8 @@ void ChartsWidget::fillLoss()
         if (samples) // a worker's own step: N batches a step in sync, one in async
             for (double &s : steps)
                 s = (s + 1) * double(run.config().batch) * double(run.workers());
-        graph(tr("%1: %2 (mean)").arg(run.label(), modeLabel(run)), seriesColor(int(i) + 5), 2.2,
-              Qt::SolidLine)
+        graph(tr("%1: %2 (mean)").arg(run.label(), modeLabel(run)), runColor(int(i)), 2.2,
+              runStyle(int(i)))
             ->setData(time ? t : steps, smooth(v, window), true);
     }
     p->rescaleAxes();
@@ -416,8 +463,11 @@ void ChartsWidget::fillStalls()
                             ? tr("Waits per step: staleness bound and parameter server")
                             : tr("Waits per step: parameter server"));
     p->xAxis->setLabel(async ? tr("the worker's own step") : tr("step"));
-    if (!m_current)
+    if (!m_current) {
+        fillCompareStalls(0);
+        p->rescaleAxes();
         return;
+    }
     const RunData &run = *m_current;
     if (p->graphCount() == 0) {
         for (int w = 0; w < run.workers(); ++w) {
@@ -502,17 +552,59 @@ void ChartsWidget::fillStalls()
         if (async)
             p->graph(g)->removeFromLegend();
     }
+    fillCompareStalls(run.workers() + 3);
     p->rescaleAxes();
     p->yAxis2->setRange(0, 100);
+}
+
+void ChartsWidget::fillCompareStalls(int firstGraph)
+{
+    // Each compared run as one line: the mean over its workers of the wait per step, named with
+    // the share of all its worker time lost to waiting.
+    QCustomPlot *p = m_stalls;
+    for (std::size_t i = 0; i < m_compare.size(); ++i) {
+        const RunData &run = *m_compare[i];
+        const int g = firstGraph + int(i);
+        if (g >= p->graphCount()) {
+            QCPGraph *graph = p->addGraph();
+            graph->setPen(QPen(runColor(int(i)), 2.5 * m_scale, runStyle(int(i))));
+        }
+        std::size_t points = 0;
+        double waited = 0, elapsed = 0;
+        for (int w = 0; w < run.workers(); ++w) {
+            const auto &steps = run.steps(w);
+            points = std::max(points, steps.size());
+            for (const StepPoint &s : steps)
+                waited += s.waitMs * run.stepsPerPoint(w);
+            for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+                if (it->endNs >= 0) {
+                    elapsed += it->endNs / 1e6;
+                    break;
+                }
+        }
+        QVector<double> x, y;
+        for (std::size_t s = 0; s < points; ++s) {
+            double sum = 0;
+            int n = 0;
+            for (int w = 0; w < run.workers(); ++w)
+                if (s < run.steps(w).size()) {
+                    sum += run.steps(w)[s].waitMs;
+                    ++n;
+                }
+            x.push_back(double(s) * run.stepsPerPoint(0));
+            y.push_back(sum / std::max(1, n));
+        }
+        QCPGraph *graph = p->graph(g);
+        graph->setName(tr("%1: %2 mean (%3% of time lost)")
+                           .arg(run.label(), modeLabel(run))
+                           .arg(elapsed > 0 ? 100.0 * waited / elapsed : 0.0, 0, 'f', 1));
+        graph->setData(x, y, true);
+    }
 }
 
 void ChartsWidget::fillStaleness()
 {
     QCustomPlot *p = m_staleness;
-    if (!m_current)
-        return;
-    const RunData &run = *m_current;
-    QCPBars *bars = nullptr;
     // Histogram on the left, staleness over time on the right, each with its own axes.
     QCPAxisRect *timeRect = p->axisRectCount() > 1 ? p->axisRect(1) : nullptr;
     if (!timeRect) {
@@ -530,49 +622,133 @@ void ChartsWidget::fillStaleness()
         timeRect->setRangeDrag(Qt::Horizontal | Qt::Vertical);
         timeRect->setRangeZoom(Qt::Horizontal | Qt::Vertical);
     }
+    QCPAxis *tx = timeRect->axis(QCPAxis::atBottom), *ty = timeRect->axis(QCPAxis::atLeft);
+    const bool split = m_splitStaleness->isChecked();
+    // With runs to compare, counts of runs of different lengths do not compare: shares do.
+    const bool shares = !m_compare.empty();
+    p->yAxis->setLabel(shares ? tr("share of the run's updates (%)") : tr("updates"));
+    const RunData *cur = m_current.get();
+    // A sync run's every update is staleness 0: one bar of all its steps, said plainly.
+    auto syncUpdates = [](const RunData &run) {
+        const auto &loss = run.counter(CounterId::Loss, 0);
+        return loss.empty() ? 0.0 : double(loss.back().step) + 1.0;
+    };
+    auto histogramOf = [&](const RunData &run, int worker) {
+        std::vector<double> h;
+        if (!run.config().async()) {
+            if (const double n = syncUpdates(run); n > 0 && worker <= 0)
+                h.push_back(n);
+            return h;
+        }
+        for (const std::uint64_t v : worker < 0 ? run.stalenessHistogram() : run.stalenessHistogram(worker))
+            h.push_back(double(v));
+        return h;
+    };
     if (p->plottableCount() == 0) {
-        bars = new QCPBars(p->xAxis, p->yAxis);
-        bars->setName(tr("updates with this staleness"));
-        bars->setBrush(seriesColor(0));
-        bars->setPen(QPen(seriesColor(0).darker(130)));
-        QCPAxis *tx = timeRect->axis(QCPAxis::atBottom), *ty = timeRect->axis(QCPAxis::atLeft);
-        for (int w = 0; w < run.workers(); ++w) {
-            QCPGraph *g = p->addGraph(tx, ty);
-            g->setName(tr("worker %1 over time").arg(w));
-            g->setLineStyle(QCPGraph::lsNone);
-            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ScatterShape(seriesShape(w)), seriesColor(w), 5 * m_scale));
+        if (cur) {
+            // One bar set for the run, or one per worker stacked (each on the one below it).
+            QCPBars *below = nullptr;
+            const int sets = split && cur->config().async() ? cur->workers() : 1;
+            for (int w = 0; w < sets; ++w) {
+                auto *bars = new QCPBars(p->xAxis, p->yAxis);
+                const QColor c = sets > 1 ? seriesColor(w) : seriesColor(0);
+                bars->setName(sets > 1 ? tr("worker %1").arg(w) : tr("%1: updates with this staleness").arg(cur->label()));
+                bars->setBrush(c);
+                bars->setPen(QPen(c.darker(130)));
+                bars->setWidth(0.8);
+                if (below)
+                    bars->moveAbove(below);
+                below = bars;
+            }
+            for (int w = 0; w < cur->workers(); ++w) {
+                QCPGraph *g = p->addGraph(tx, ty);
+                g->setName(tr("worker %1 over time").arg(w));
+                g->setLineStyle(QCPGraph::lsNone);
+                g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ScatterShape(seriesShape(w)), seriesColor(w), 5 * m_scale));
+                if (!cur->config().async())
+                    g->removeFromLegend();
+            }
         }
-    } else {
-        bars = qobject_cast<QCPBars *>(p->plottable(0));
-    }
-    const auto &hist = run.stalenessHistogram();
-    QVector<double> k, v;
-    for (std::size_t i = 0; i < hist.size(); ++i) {
-        k.push_back(double(i));
-        v.push_back(hist[i]);
-    }
-    bars->setData(k, v, true);
-    for (int w = 0; w < run.workers(); ++w) {
-        QVector<double> x, y;
-        for (const auto &pt : run.counter(CounterId::Staleness, w)) {
-            x.push_back(pt.tNs / 1e6);
-            y.push_back(pt.value);
+        for (std::size_t i = 0; i < m_compare.size(); ++i) {
+            QCPGraph *g = p->addGraph(p->xAxis, p->yAxis);
+            g->setName(tr("%1: %2").arg(m_compare[i]->label(), modeLabel(*m_compare[i])));
+            g->setLineStyle(QCPGraph::lsStepCenter);
+            g->setPen(QPen(runColor(int(i)), 2.5 * m_scale, runStyle(int(i))));
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, runColor(int(i)), 6 * m_scale));
         }
-        p->graph(w)->setData(x, y, true);
     }
-    const bool none = hist.empty();
-    titleOf(p)->setText(none ? tr("Gradient staleness (sync: always 0)") : tr("Gradient staleness"));
+    // Fill: bars (total or per worker), each worker's staleness over time, compared runs' lines.
+    double most = 1, widest = 5;
+    int bar = 0;
+    std::vector<double> stacked;
+    if (cur) {
+        const double total = [&] {
+            double t = 0;
+            for (double v : histogramOf(*cur, -1))
+                t += v;
+            return std::max(1.0, t);
+        }();
+        for (int i = 0; i < p->plottableCount(); ++i) {
+            auto *bars = qobject_cast<QCPBars *>(p->plottable(i));
+            if (!bars)
+                continue;
+            const auto h = histogramOf(*cur, bar == 0 && !(split && cur->config().async()) ? -1 : bar);
+            QVector<double> k, v;
+            for (std::size_t s = 0; s < h.size(); ++s) {
+                k.push_back(double(s));
+                v.push_back(shares ? 100.0 * h[s] / total : h[s]);
+                if (stacked.size() <= s)
+                    stacked.resize(s + 1, 0.0);
+                stacked[s] += v.back();
+                most = std::max(most, stacked[s]);
+            }
+            widest = std::max(widest, double(h.size()));
+            bars->setData(k, v, true);
+            ++bar;
+        }
+        for (int w = 0; w < cur->workers(); ++w) {
+            QVector<double> x, y;
+            for (const auto &pt : cur->counter(CounterId::Staleness, w)) {
+                x.push_back(pt.tNs / 1e6);
+                y.push_back(pt.value);
+            }
+            p->graph(w)->setData(x, y, true);
+        }
+    }
+    for (std::size_t i = 0; i < m_compare.size(); ++i) {
+        const auto h = histogramOf(*m_compare[i], -1);
+        double total = 0;
+        for (double v : h)
+            total += v;
+        QVector<double> k, v;
+        for (std::size_t s = 0; s < h.size(); ++s) {
+            k.push_back(double(s));
+            v.push_back(100.0 * h[s] / std::max(1.0, total));
+            most = std::max(most, v.back());
+        }
+        widest = std::max(widest, double(h.size()));
+        p->graph((cur ? cur->workers() : 0) + int(i))->setData(k, v, true);
+    }
+    const bool sync = cur && !cur->config().async();
+    titleOf(p)->setText(sync ? tr("Gradient staleness: sync, so every update is 0 stale (%1 updates)").arg(syncUpdates(*cur))
+                             : tr("Gradient staleness"));
     p->rescaleAxes();
-    if (none)
-        p->xAxis->setRange(-0.5, 5);
-    else
-        p->xAxis->setRange(-0.7, double(hist.size()) - 0.3);
-    int most = 1;
-    for (int h : hist)
-        most = std::max(most, h);
+    // Staleness counts updates: whole-number ticks on both of its axes.
+    for (QCPAxis *a : {p->xAxis, ty})
+        if (!a->ticker().dynamicCast<QCPAxisTickerFixed>()) {
+            QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+            ticker->setTickStep(1.0);
+            ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+            a->setTicker(ticker);
+        }
+    p->xAxis->setRange(-0.7, widest - 0.3);
     p->yAxis->setRange(0, most * 1.12);
-    QCPAxis *ty = timeRect->axis(QCPAxis::atLeft);
-    ty->setRange(-0.5, ty->range().upper + 1);
+    if (sync) { // nothing stale to plot over time: the right side shows the zero line only
+        tx->setRange(0, std::max(1.0, cur->endNs() / 1e6));
+        ty->setRange(-0.5, 5);
+    } else {
+        ty->setRange(-0.5, ty->range().upper + 1);
+    }
 
     // The staleness bound s limits how far a worker runs ahead of the slowest (at most s
     // steps), not staleness itself: an update can be (s + 1)(N - 1) versions old. Drawn on both
@@ -580,7 +756,22 @@ void ChartsWidget::fillStaleness()
     for (int i = p->itemCount() - 1; i >= 0; --i)
         if (p->item(i)->objectName() == QLatin1String("bound"))
             p->removeItem(i);
-    const RunConfig &c = run.config();
+    if (sync) {
+        auto *note = new QCPItemText(p);
+        note->setObjectName(QStringLiteral("bound"));
+        note->setClipAxisRect(timeRect);
+        note->position->setAxisRect(timeRect);
+        note->position->setType(QCPItemPosition::ptAxisRectRatio);
+        note->position->setCoords(0.5, 0.45);
+        note->setPositionAlignment(Qt::AlignCenter);
+        note->setTextAlignment(Qt::AlignCenter);
+        note->setFont(p->xAxis->labelFont());
+        note->setColor(QColor(90, 90, 90));
+        note->setText(tr("Synchronous: every gradient is computed\non the parameters every worker holds,\nso no update is stale."));
+    }
+    if (!cur)
+        return;
+    const RunConfig &c = cur->config();
     if (c.async() && c.maxStaleness >= 0) {
         const double bound = double(c.maxStaleness + 1) * double(c.workers - 1);
         const QPen pen(QColor(0xD5, 0x5E, 0x00), 1.5 * m_scale, Qt::DashLine);
@@ -640,7 +831,9 @@ void ChartsWidget::fillMemory()
         meanPerStep(run, CounterId::ActivationBytes, steps, t, v);
         for (auto &x : v)
             x /= 1024.0;
-        graph(tr("%1: %2").arg(run.label(), modeLabel(run)), seriesColor(int(i) + 5), 2.5)->setData(steps, v, true);
+        QCPGraph *g = graph(tr("%1: %2").arg(run.label(), modeLabel(run)), runColor(int(i)), 2.5);
+        g->setPen(QPen(runColor(int(i)), 2.5 * m_scale, runStyle(int(i))));
+        g->setData(steps, v, true);
     }
     // For a checkpointed run, what the same model holds without checkpointing: the z and a of
     // every hidden layer and the logits (the arithmetic the plain model's counter measures).
@@ -682,7 +875,7 @@ void ChartsWidget::fillThroughput()
         fill(*m_current, tr("%1: %2").arg(m_current->label(), modeLabel(*m_current)), seriesColor(0), 2);
     for (std::size_t i = 0; i < m_compare.size(); ++i)
         fill(*m_compare[i], tr("%1: %2").arg(m_compare[i]->label(), modeLabel(*m_compare[i])),
-             seriesColor(int(i) + 5), 2);
+             runColor(int(i)), 2);
     p->rescaleAxes();
     p->xAxis->setRange(0, std::max(0.5, lastKey * 1.05));
     p->yAxis->setRange(0, std::max(1.0, p->yAxis->range().upper * 1.1));

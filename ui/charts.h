@@ -38,11 +38,17 @@ public:
     bool lossAgainstTime() const;
     int smoothing() const;
     bool logLoss() const;
+    void setSplitStaleness(bool split);
+    bool splitStaleness() const;
+
+protected:
+    bool eventFilter(QObject *watched, QEvent *event) override;
 
 private:
     void rebuild();
     void fillLoss();
     void fillStalls();
+    void fillCompareStalls(int firstGraph);
     void fillStaleness();
     void fillMemory();
     void fillThroughput();
@@ -53,12 +59,16 @@ private:
     QComboBox *m_lossAxis;
     QSpinBox *m_smoothing;
     QCheckBox *m_logLoss;
+    QCheckBox *m_splitStaleness;
     double m_scale = 1.0;
 };
 
 // Title row and styling shared by every chart (and used by exports).
 void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
                 const QString &yLabel);
+
+// The legend's rows as the plot's height holds; the rest wrap into further columns.
+void fitLegendToHeight(QCustomPlot *plot);
 
 // A line of text centred in the plot's first axis rect, for a plot with nothing to show yet; an
 // empty text hides it. A legend inset in the axis rect is shown only while it has entries, so an

@@ -691,14 +691,54 @@ bool MainWindow::renameRun(const RunDataPtr &run, const QString &name)
     const auto it = std::find(m_runs.begin(), m_runs.end(), run);
     if (trimmed.isEmpty() || it == m_runs.end())
         return false;
-    run->setLabel(trimmed);
+    // The folder on disk takes the name too, so that the run opens under it later; a run still
+    // writing keeps its folder until it ends.
     QListWidgetItem *item = m_runList->item(int(it - m_runs.begin()));
+    if (!run->directory().isEmpty() && run->state != RunState::Running) {
+        const QString folder = runFolderName(trimmed);
+        const QDir old(run->directory());
+        const QString target = QFileInfo(old.absolutePath()).dir().filePath(folder);
+        if (folder != old.dirName()) {
+            if (QFileInfo::exists(target)) {
+                showBanner(tr("Cannot rename the run's folder to %1: a file or folder of that name exists")
+                               .arg(target.toHtmlEscaped()));
+                return false;
+            }
+            if (!QDir().rename(old.absolutePath(), target)) {
+                showBanner(tr("Cannot rename the run's folder %1 to %2 (is it writable?)")
+                               .arg(old.absolutePath().toHtmlEscaped(), folder.toHtmlEscaped()));
+                return false;
+            }
+            run->setDirectory(target);
+            item->setToolTip(target);
+            statusBar()->showMessage(tr("Renamed; the run's folder is now %1").arg(target), 8000);
+        }
+    }
+    run->setLabel(trimmed);
     const QSignalBlocker block(m_runList);
     item->setText(runItemText(*run));
     if (run == m_shown)
         m_timeline->setTitle(run->title());
     m_charts->refresh();
     return true;
+}
+
+void MainWindow::setCompared(const RunDataPtr &run, bool on)
+{
+    const auto it = std::find(m_runs.begin(), m_runs.end(), run);
+    if (it != m_runs.end())
+        m_runList->item(int(it - m_runs.begin()))->setCheckState(on ? Qt::Checked : Qt::Unchecked);
+}
+
+bool MainWindow::showChart(const QString &name)
+{
+    const auto plots = m_charts->plots();
+    for (std::size_t i = 0; i < plots.size(); ++i)
+        if (plots[i].first == name) {
+            m_charts->setCurrentIndex(int(i));
+            return true;
+        }
+    return false;
 }
 
 void MainWindow::addRunToList(const RunDataPtr &run)
@@ -717,7 +757,6 @@ void MainWindow::showRun(const RunDataPtr &run)
 {
     m_shown = run;
     m_timeline->setRun(run);
-    m_timeline->setTitle(run->title());
     updateCompare();
 }
 
@@ -731,7 +770,26 @@ std::vector<RunDataPtr> MainWindow::checkedRuns() const
     return runs;
 }
 
-void MainWindow::updateCompare() { m_charts->setRuns(m_shown, checkedRuns()); }
+void MainWindow::updateCompare()
+{
+    const std::vector<RunDataPtr> checked = checkedRuns();
+    m_charts->setRuns(m_shown, checked);
+    // The timeline stacks the checked runs under the shown one (which may be live), on one
+    // time axis from each run's start: sync above async above checkpointed, so the same
+    // straggler lines up across the modes.
+    std::vector<RunDataPtr> stacked = checked;
+    auto rank = [](const RunDataPtr &r) { return r->config().checkpoint ? 2 : r->config().async() ? 1 : 0; };
+    std::stable_sort(stacked.begin(), stacked.end(),
+                     [&](const RunDataPtr &a, const RunDataPtr &b) { return rank(a) < rank(b); });
+    if (m_shown)
+        stacked.insert(stacked.begin(), m_shown);
+    m_timeline->setRuns(stacked);
+    if (m_shown)
+        m_timeline->setTitle(stacked.size() == 1   ? m_shown->title()
+                             : stacked.size() == 2 ? tr("%1, with 1 run below to compare").arg(m_shown->title())
+                                                   : tr("%1, with %2 runs below to compare")
+                                                         .arg(m_shown->title()).arg(stacked.size() - 1));
+}
 
 bool MainWindow::openRun(const QString &dir)
 {
@@ -749,6 +807,7 @@ bool MainWindow::openRun(const QString &dir)
     // The form holds the run's configuration, not whatever was there: F5 runs it again.
     if (!m_controller->isRunning()) {
         m_form->setFromJson(run->config().toJson());
+        m_form->showLoadedFrom(tr("the run %1").arg(run->label())); // not the preset shown before
         statusBar()->showMessage(tr("The form holds the configuration of %1: Run (F5) runs it again").arg(run->label()), 8000);
     }
     if (run->summaryProblems > 0)
@@ -762,6 +821,7 @@ bool MainWindow::rerunShown()
     if (!m_shown || m_controller->isRunning())
         return false;
     m_form->setFromJson(m_shown->config().toJson());
+    m_form->showLoadedFrom(tr("the run %1").arg(m_shown->label()));
     return startRun();
 }
 

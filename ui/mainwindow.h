@@ -57,6 +57,10 @@ public:
     bool rerunShown();
     // A run's name in the list, legends and titles (double-click in the Runs list).
     bool renameRun(const RunDataPtr &run, const QString &name);
+    // Checks (or unchecks) a run in the Runs list: checked runs are overlaid on the shown one.
+    void setCompared(const RunDataPtr &run, bool on);
+    // Brings a chart's tab to the front (loss, stalls, staleness, memory, throughput).
+    bool showChart(const QString &name);
     void setPresentationMode(bool on);
     // Exports the timeline or a chart (by name: timeline, loss, stalls, ...) to path.
     bool exportView(const QString &name, const QString &path, QSize size, double scale);

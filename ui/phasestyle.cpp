@@ -91,6 +91,20 @@ QColor seriesColor(int index)
     return colors[(index % 8 + 8) % 8];
 }
 
+QColor runColor(int index)
+{
+    static const QColor colors[] = {QColor(0x6A, 0x3D, 0x9A), QColor(0x8C, 0x51, 0x0A),
+                                    QColor(0xB2, 0x18, 0x2B), QColor(0x1B, 0x1B, 0x7A),
+                                    QColor(0x4D, 0x92, 0x21)};
+    return colors[(index % 5 + 5) % 5];
+}
+
+Qt::PenStyle runStyle(int index)
+{
+    static const Qt::PenStyle styles[] = {Qt::SolidLine, Qt::DashLine, Qt::DashDotLine};
+    return styles[(index / 5) % 3];
+}
+
 QString metricHelp(const QString &metric)
 {
     static const QHash<QString, QString> help = {

@@ -29,6 +29,11 @@ const PhaseStyle &offCpuStyle();
 QColor seriesColor(int index);
 Qt::PenStyle seriesStyle(int index);
 int seriesShape(int index); // a QCPScatterStyle::ScatterShape
+// A colour per compared run: dark hues that are neither a worker's (seriesColor) nor a
+// phase's, so a run's mean line never reads as one worker. Past five they repeat, dashed
+// (runStyle).
+QColor runColor(int index);
+Qt::PenStyle runStyle(int index);
 // A one-paragraph explanation of a metric, for tooltips.
 QString metricHelp(const QString &metric);
 

@@ -4,6 +4,18 @@
 #include <QDir>
 
 namespace syncopate {
+
+QString runFolderName(const QString &text)
+{
+    QString name = text.trimmed().left(80);
+    for (QChar &ch : name)
+        if (!(ch.isLetterOrNumber() || ch == QLatin1Char('-') || ch == QLatin1Char('=') ||
+              ch == QLatin1Char('.') || ch == QLatin1Char('_') || ch == QLatin1Char(',')))
+            ch = QLatin1Char('_');
+    if (name.isEmpty() || name.startsWith(QLatin1Char('.'))) // never hidden, never "." or ".."
+        name.prepend(QLatin1Char('_'));
+    return name;
+}
 namespace {
 
 QStringList fieldsOf(const ConfigError &e)
@@ -63,13 +75,9 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     // when the app (or the machine) goes down.
     QString dir;
     if (!runsDirectory.isEmpty()) {
-        QString hint = folderHint.isEmpty() ? QString::fromStdString(prepared.config.mode) : folderHint;
-        for (QChar &ch : hint)
-            if (!(ch.isLetterOrNumber() || ch == QLatin1Char('-') || ch == QLatin1Char('=') ||
-                  ch == QLatin1Char('.') || ch == QLatin1Char('_') || ch == QLatin1Char(',')))
-                ch = QLatin1Char('_');
         const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
-                             QLatin1Char('-') + hint.left(80);
+                             QLatin1Char('-') +
+                             runFolderName(folderHint.isEmpty() ? QString::fromStdString(prepared.config.mode) : folderHint);
         dir = QDir(runsDirectory).filePath(name);
         for (int i = 2; QDir(dir).exists(); ++i)
             dir = QDir(runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));

@@ -13,6 +13,10 @@
 
 namespace syncopate {
 
+// A run's name as a folder name: letters, digits and - = . _ , kept, anything else '_', at
+// most 80 characters, never hidden.
+QString runFolderName(const QString &text);
+
 class RunController : public QObject {
     Q_OBJECT
 public:

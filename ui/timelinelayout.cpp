@@ -1,7 +1,11 @@
 #include "timelinelayout.h"
 
+#include "rundata.h"
+
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 
 namespace syncopate {
 namespace {
@@ -129,6 +133,55 @@ std::size_t countSpansIn(const std::vector<Record> &spans, double t0, double t1)
                                                        }) -
                                       spans.begin());
     return b > a ? b - a : 0;
+}
+
+std::vector<TimelineSlot> stackRuns(const std::vector<const std::vector<TimelineRow> *> &runs)
+{
+    std::vector<TimelineSlot> stack;
+    for (std::size_t g = 0; g < runs.size(); ++g) {
+        if (runs.size() > 1)
+            stack.push_back({g, -1, 0, false});
+        if (!runs[g])
+            continue;
+        for (std::size_t r = 0; r < runs[g]->size(); ++r)
+            stack.push_back({g, int(r), (*runs[g])[r].worker, (*runs[g])[r].dataLane});
+    }
+    return stack;
+}
+
+std::vector<bool> labelledSlots(const std::vector<TimelineSlot> &stack, double pxPerSlot, double labelPx)
+{
+    std::vector<bool> shown(stack.size(), true);
+    if (stack.empty() || pxPerSlot >= labelPx)
+        return shown;
+    const auto minGap = std::ptrdiff_t(std::ceil(labelPx / std::max(pxPerSlot, 1e-6)));
+    // Rows per worker differ between runs (a prefetch lane or not): the stride is per group.
+    std::vector<int> stride(stack.back().run + 1, 1);
+    for (std::size_t g = 0; g < stride.size(); ++g) {
+        const bool lanes = std::any_of(stack.begin(), stack.end(),
+                                       [g](const TimelineSlot &s) { return s.run == g && s.dataLane; });
+        const std::ptrdiff_t perWorker = lanes ? 2 : 1;
+        while (stride[g] * perWorker < minGap)
+            stride[g] *= 2;
+    }
+    // Labels are placed top down; a worker's label also keeps clear of the next heading.
+    std::vector<std::ptrdiff_t> nextHeading(stack.size() + 1, std::numeric_limits<std::ptrdiff_t>::max() / 2);
+    for (std::size_t i = stack.size(); i-- > 0;)
+        nextHeading[i] = stack[i].heading() ? std::ptrdiff_t(i) : nextHeading[i + 1];
+    std::ptrdiff_t last = std::numeric_limits<std::ptrdiff_t>::min() / 2;
+    for (std::size_t i = 0; i < stack.size(); ++i) {
+        const TimelineSlot &s = stack[i];
+        const auto at = std::ptrdiff_t(i);
+        if (s.heading()) {
+            last = at;
+            continue;
+        }
+        shown[i] = !s.dataLane && s.worker % stride[s.run] == 0 && at - last >= minGap &&
+                   nextHeading[i + 1] - at >= minGap;
+        if (shown[i])
+            last = at;
+    }
+    return shown;
 }
 
 } // namespace syncopate

@@ -11,6 +11,28 @@
 
 namespace syncopate {
 
+struct TimelineRow;
+
+// One row position (value-axis unit) of the timeline with runs stacked on one time axis: the
+// heading of a run's group (row < 0), or row `row` of run `run`.
+struct TimelineSlot {
+    std::size_t run = 0;
+    int row = -1;
+    int worker = 0;
+    bool dataLane = false;
+    bool heading() const { return row < 0; }
+};
+
+// The rows of the given runs top to bottom in that order, each run's under a heading slot that
+// also keeps the groups apart. A lone run gets no heading: its rows stay at 0..n-1.
+std::vector<TimelineSlot> stackRuns(const std::vector<const std::vector<TimelineRow> *> &runs);
+
+// Which slots get a label on the row axis, slots pxPerSlot apart, labels labelPx tall. All when
+// they fit. Past that no two labels come closer than labelPx: every heading keeps its label
+// (it names the run), worker rows keep one every k workers (k a power of two, counted from w0
+// so the labels read w0, w4, w8 ... or w4, w8 ... under a heading), data lanes lose theirs.
+std::vector<bool> labelledSlots(const std::vector<TimelineSlot> &stack, double pxPerSlot, double labelPx);
+
 struct TimelineMark {
     double x0 = 0, x1 = 0;   // pixels
     Phase phase = Phase::Count;

@@ -2,6 +2,9 @@
 
 #include "phasestyle.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace syncopate {
 
 // A span narrower than this many pixels is folded with its neighbours.
@@ -16,58 +19,116 @@ TimelinePlottable::TimelinePlottable(QCPAxis *keyAxis, QCPAxis *valueAxis)
     setSelectable(QCP::stNone);
 }
 
-void TimelinePlottable::setRun(RunDataPtr run) { m_run = std::move(run); }
-
-double TimelinePlottable::rowHalfHeight(std::size_t row) const
+void TimelinePlottable::setRuns(std::vector<RunDataPtr> runs)
 {
-    if (!m_run || row >= m_run->rows().size())
+    runs.erase(std::remove(runs.begin(), runs.end(), nullptr), runs.end());
+    m_runs = std::move(runs);
+    restack();
+}
+
+const RunDataPtr &TimelinePlottable::run() const
+{
+    static const RunDataPtr none;
+    return m_runs.empty() ? none : m_runs.front();
+}
+
+void TimelinePlottable::restack()
+{
+    std::vector<const std::vector<TimelineRow> *> rows;
+    for (const RunDataPtr &r : m_runs)
+        rows.push_back(&r->rows());
+    m_slots = stackRuns(rows);
+}
+
+double TimelinePlottable::rowHalfHeight(std::size_t slot) const
+{
+    if (slot >= m_slots.size())
         return 0.4;
-    return m_run->rows()[row].dataLane ? 0.22 : 0.42;
+    if (m_slots[slot].heading())
+        return 0.5;
+    return m_slots[slot].dataLane ? 0.22 : 0.42;
+}
+
+int TimelinePlottable::slotAt(double value) const
+{
+    const auto slot = std::lround(value);
+    return slot >= 0 && slot < long(m_slots.size()) && std::abs(value - double(slot)) <= 0.5 ? int(slot) : -1;
 }
 
 int TimelinePlottable::rowAt(double value) const
 {
-    if (!m_run)
+    const int slot = slotAt(value);
+    if (slot < 0 || m_slots[std::size_t(slot)].heading())
         return -1;
-    const int row = int(std::lround(value));
-    if (row < 0 || row >= int(m_run->rows().size()))
-        return -1;
-    return std::abs(value - row) <= rowHalfHeight(std::size_t(row)) ? row : -1;
+    return std::abs(value - slot) <= rowHalfHeight(std::size_t(slot)) ? slot : -1;
 }
 
 double TimelinePlottable::selectTest(const QPointF &, bool, QVariant *) const { return -1; }
 
 QCPRange TimelinePlottable::getKeyRange(bool &foundRange, QCP::SignDomain) const
 {
-    foundRange = m_run && m_run->spanCount() > 0;
-    return foundRange ? QCPRange(0, double(m_run->endNs()) / 1e6) : QCPRange(0, 1);
+    // Every run's time starts at 0: the range is the longest run's.
+    double end = 0;
+    foundRange = false;
+    for (const RunDataPtr &r : m_runs)
+        if (r->spanCount() > 0) {
+            foundRange = true;
+            end = std::max(end, double(r->endNs()) / 1e6);
+        }
+    return foundRange ? QCPRange(0, end) : QCPRange(0, 1);
 }
 
 QCPRange TimelinePlottable::getValueRange(bool &foundRange, QCP::SignDomain, const QCPRange &) const
 {
-    foundRange = m_run != nullptr;
-    return foundRange ? QCPRange(-0.6, double(m_run->rows().size()) - 0.4) : QCPRange(0, 1);
+    foundRange = !m_runs.empty();
+    return foundRange ? QCPRange(-0.6, double(m_slots.size()) - 0.4) : QCPRange(0, 1);
+}
+
+void TimelinePlottable::drawHeading(QCPPainter *painter, std::size_t slot, const QRect &area)
+{
+    // A tinted band across the plot under the run's name on the row axis, and a line where the
+    // group above ends, so the groups read apart even on a projector.
+    const double y0 = mValueAxis->coordToPixel(rowCenter(slot) - 0.5);
+    const double y1 = mValueAxis->coordToPixel(rowCenter(slot) + 0.5);
+    const double top = std::min(y0, y1), bottom = std::max(y0, y1);
+    painter->setRenderHint(QPainter::Antialiasing, false);
+    painter->setPen(Qt::NoPen);
+    painter->setBrush(QColor(0x30, 0x40, 0x60, 28));
+    painter->drawRect(QRectF(area.left(), top, area.width(), bottom - top));
+    if (slot > 0) {
+        QPen pen(QColor(0x30, 0x40, 0x60, 200));
+        pen.setWidthF(2.0 * m_lineScale);
+        painter->setPen(pen);
+        painter->drawLine(QPointF(area.left(), top), QPointF(area.right() + 1, top));
+    }
 }
 
 void TimelinePlottable::draw(QCPPainter *painter)
 {
     m_lastMarks = 0;
-    if (!m_run)
+    if (m_runs.empty())
         return;
     const QRect area = mKeyAxis->axisRect()->rect();
     const QCPRange keys = mKeyAxis->range();
     const TimeMapping mapping(keys.lower * 1e6, keys.upper * 1e6, area.left(), area.width());
-    const auto &rows = m_run->rows();
+    // Only the slots in view are visited: the cost follows the rows shown, not the runs held.
     const QCPRange values = mValueAxis->range();
-    for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto firstSlot = std::size_t(std::clamp(std::floor(values.lower), 0.0, double(m_slots.size())));
+    const auto endSlot = std::size_t(std::clamp(std::ceil(values.upper) + 1, 0.0, double(m_slots.size())));
+    for (std::size_t r = firstSlot; r < endSlot; ++r) {
         const double c = rowCenter(r), h = rowHalfHeight(r);
         if (c + h < values.lower || c - h > values.upper)
             continue;
+        const TimelineSlot &slot = m_slots[r];
+        if (slot.heading()) {
+            drawHeading(painter, r, area);
+            continue;
+        }
         const double yTop = mValueAxis->coordToPixel(c - h);
         const double yBottom = mValueAxis->coordToPixel(c + h);
         const double top = std::min(yTop, yBottom), height = std::abs(yBottom - yTop);
         m_marks.clear();
-        layoutVisible(r, mapping);
+        layoutVisible(*m_runs[slot.run], std::size_t(slot.row), mapping);
         m_lastMarks += m_marks.size();
         // Gathered per phase and drawn with one call each: a live 16-worker view has tens of
         // thousands of marks a frame, and a fillRect each cost the GUI thread a fifth of a core.
@@ -123,9 +184,9 @@ void TimelinePlottable::draw(QCPPainter *painter)
     }
 }
 
-void TimelinePlottable::layoutVisible(std::size_t r, const TimeMapping &mapping)
+void TimelinePlottable::layoutVisible(const RunData &run, std::size_t r, const TimeMapping &mapping)
 {
-    const TraceModel &trace = m_run->trace();
+    const TraceModel &trace = run.trace();
     const RowLod &lod = trace.lod(r);
     const auto t0 = std::int64_t(mapping.startNs()), t1 = std::int64_t(std::ceil(mapping.endNs()));
     const int level = lod.levelFor(mapping.nsPerPixel());

@@ -1,6 +1,8 @@
-// The timeline as one QCustomPlot plottable: keys are run time in milliseconds, values are row
-// positions (row 0 at the top). It draws only what is in view, through layoutRow(), so a run
-// of millions of spans redraws within a frame.
+// The timeline as one QCustomPlot plottable: keys are run time in milliseconds (each run's own,
+// so runs line up at their starts), values are row positions (slot 0 at the top; several runs
+// stack, each under a heading slot, see stackRuns()). It draws only the rows in view and of
+// each only what is in view, through layoutRow(), so runs of millions of spans redraw within a
+// frame.
 #pragma once
 
 #include "rundata.h"
@@ -20,13 +22,21 @@ class TimelinePlottable : public QCPAbstractPlottable {
 public:
     TimelinePlottable(QCPAxis *keyAxis, QCPAxis *valueAxis);
 
-    void setRun(RunDataPtr run);
-    const RunDataPtr &run() const { return m_run; }
-    // Vertical position (centre) and half height of each row, in value-axis units.
-    double rowCenter(std::size_t row) const { return double(row); }
-    double rowHalfHeight(std::size_t row) const;
-    // The row at a value-axis coordinate, or -1.
+    // runs.front() is the primary run; null runs are left out.
+    void setRuns(std::vector<RunDataPtr> runs);
+    void setRun(RunDataPtr run) { setRuns({std::move(run)}); }
+    const std::vector<RunDataPtr> &runs() const { return m_runs; }
+    const RunDataPtr &run() const; // the primary, or null
+    // Lays the rows out again (a run's row list changed).
+    void restack();
+    const std::vector<TimelineSlot> &stack() const { return m_slots; }
+    // Vertical position (centre) and half height of each slot, in value-axis units.
+    double rowCenter(std::size_t slot) const { return double(slot); }
+    double rowHalfHeight(std::size_t slot) const;
+    // The slot of the row (not a heading) at a value-axis coordinate, or -1.
     int rowAt(double value) const;
+    // The slot (row or heading) nearest to a value-axis coordinate, or -1 outside them all.
+    int slotAt(double value) const;
     void setLineScale(double scale) { m_lineScale = scale; }
     std::size_t lastMarkCount() const { return m_lastMarks; }
     // Whether the last row drawn came from its level-of-detail summary rather than raw spans.
@@ -42,9 +52,11 @@ protected:
     void drawLegendIcon(QCPPainter *painter, const QRectF &rect) const override;
 
 private:
-    void layoutVisible(std::size_t row, const TimeMapping &mapping);
+    void layoutVisible(const RunData &run, std::size_t row, const TimeMapping &mapping);
+    void drawHeading(QCPPainter *painter, std::size_t slot, const QRect &area);
 
-    RunDataPtr m_run;
+    std::vector<RunDataPtr> m_runs;
+    std::vector<TimelineSlot> m_slots;
     std::vector<Record> m_spans; // the visible spans of one row, reused
     bool m_lastDrawnFromSummary = false;
     std::vector<TimelineMark> m_marks; // reused between frames

@@ -5,8 +5,11 @@
 #include "phasestyle.h"
 #include "timelineplottable.h"
 
+#include <QFontMetrics>
 #include <QHelpEvent>
 #include <QToolTip>
+
+#include <algorithm>
 
 namespace syncopate {
 
@@ -51,33 +54,53 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
 
 void TimelineView::setTitle(const QString &title) { m_title->setText(title); }
 
-void TimelineView::setRun(RunDataPtr run)
+const RunDataPtr &TimelineView::run() const { return m_plottable->run(); }
+
+void TimelineView::setRuns(std::vector<RunDataPtr> runs)
 {
-    m_run = std::move(run);
-    m_plottable->setRun(m_run);
-    m_labelledRows = 0;
+    runs.erase(std::remove(runs.begin(), runs.end(), nullptr), runs.end());
+    // Checking a run to compare under the shown one must not throw away where the user looks.
+    const bool keepView = !runs.empty() && !m_runs.empty() && runs.front() == m_runs.front() &&
+                          (runs.size() > 1 || m_runs.size() > 1);
+    m_runs = std::move(runs);
+    m_plottable->setRuns(m_runs);
+    m_labelledRows.clear();
     m_selection->setVisible(false);
+    updateLegend();
+    updateRowLabels();
+    if (keepView) {
+        refresh();
+        return;
+    }
+    m_follow = true;
+    refresh();
+    fitAll();
+}
+
+void TimelineView::updateLegend()
+{
+    // The phases of the primary in its order, then any other run's after its predecessor there.
     std::vector<Phase> phases;
-    if (m_run) {
-        if (m_run->config().async())
-            phases = {Phase::Pull, Phase::Data, Phase::Forward, Phase::Backward, Phase::Push,
-                      Phase::Wait, Phase::Delay};
+    for (const RunDataPtr &run : m_runs) {
+        std::vector<Phase> own;
+        if (run->config().async())
+            own = {Phase::Pull, Phase::Data, Phase::Forward, Phase::Backward, Phase::Push, Phase::Wait, Phase::Delay};
         else
-            phases = {Phase::Data, Phase::Forward, Phase::Backward, Phase::Wait, Phase::Reduce,
-                      Phase::Apply, Phase::Delay};
-        if (m_run->config().checkpoint)
-            phases.insert(phases.begin() + 3, Phase::Recompute);
-        phases.push_back(Phase::Eval);
-        phases.push_back(Phase::Pause);
-        phases.push_back(Phase::Count); // off CPU
+            own = {Phase::Data, Phase::Forward, Phase::Backward, Phase::Wait, Phase::Reduce, Phase::Apply, Phase::Delay};
+        if (run->config().checkpoint)
+            own.insert(own.begin() + 3, Phase::Recompute);
+        own.push_back(Phase::Eval);
+        own.push_back(Phase::Pause);
+        own.push_back(Phase::Count); // off CPU
+        auto at = phases.begin();
+        for (Phase p : own) {
+            const auto found = std::find(phases.begin(), phases.end(), p);
+            at = found != phases.end() ? found + 1 : phases.insert(at, p) + 1;
+        }
     }
     addPhaseLegend(legend, phases);
     fitLegendToWidth();
     placeLegend(!phases.empty());
-    updateRowLabels();
-    m_follow = true;
-    refresh();
-    fitAll();
 }
 
 void TimelineView::resizeEvent(QResizeEvent *event)
@@ -122,23 +145,59 @@ void TimelineView::placeLegend(bool show)
 void TimelineView::updateRowLabels()
 {
     m_rowTicker->clear();
-    if (!m_run)
-        return;
-    const auto &rows = m_run->rows();
-    for (std::size_t r = 0; r < rows.size(); ++r)
-        m_rowTicker->addTick(double(r), rows[r].dataLane ? tr("data %1").arg(rows[r].worker)
-                                                         : tr("worker %1").arg(rows[r].worker));
-    m_labelledRows = rows.size();
-    yAxis->setRange(-0.6, double(rows.size()) - 0.4);
+    m_plottable->restack();
+    m_labelledRows.clear();
+    for (const RunDataPtr &run : m_runs)
+        m_labelledRows.push_back(run->rows().size());
+    const auto &stack = m_plottable->stack();
+    const QFontMetrics metrics(yAxis->tickLabelFont());
+    m_labelBasis = {axisRect()->height(), metrics.height()};
+    // 3 runs of 16 workers are 51 slots: in a window a third of the screen high the labels would
+    // overlap, so they thin out (labelledSlots: run names always, then every k-th worker).
+    const double range = double(stack.size()) + 0.2;
+    const auto shown = labelledSlots(stack, double(m_labelBasis.first) / range, metrics.height() + 2.0);
+    const bool stacked = m_runs.size() > 1;
+    for (std::size_t i = 0; i < stack.size(); ++i) {
+        if (!shown[i])
+            continue;
+        const TimelineSlot &s = stack[i];
+        QString label;
+        if (s.heading()) // a long name is cut in the middle, where run names differ least
+            label = metrics.elidedText(m_runs[s.run]->label(), Qt::ElideMiddle, 28 * metrics.averageCharWidth());
+        else if (stacked)
+            label = s.dataLane ? tr("w%1 data").arg(s.worker) : tr("w%1").arg(s.worker);
+        else
+            label = s.dataLane ? tr("data %1").arg(s.worker) : tr("worker %1").arg(s.worker);
+        m_rowTicker->addTick(double(i), label);
+    }
+    yAxis->setRange(-0.6, double(stack.size()) - 0.4);
+}
+
+void TimelineView::updateLayout()
+{
+    QCustomPlot::updateLayout();
+    // Which row labels fit depends on the axis rect's height, known only now. When it (or the
+    // label font) changed, label again and lay out once more: the height does not depend on
+    // the labels, so once is enough.
+    if (std::pair{axisRect()->height(), QFontMetrics(yAxis->tickLabelFont()).height()} != m_labelBasis) {
+        updateRowLabels();
+        QCustomPlot::updateLayout();
+    }
 }
 
 void TimelineView::refresh()
 {
-    if (m_run && m_run->rows().size() != m_labelledRows)
+    bool relabel = m_labelledRows.size() != m_runs.size();
+    for (std::size_t i = 0; !relabel && i < m_runs.size(); ++i)
+        relabel = m_runs[i]->rows().size() != m_labelledRows[i];
+    if (relabel)
         updateRowLabels();
-    setPlaceholder(this, m_run && m_run->spanCount() > 0 ? QString() : emptyPlotText(bool(m_run)));
-    if (m_follow && m_run && m_run->state == RunState::Running) {
-        const double end = double(m_run->endNs()) / 1e6;
+    const bool drawn = std::any_of(m_runs.begin(), m_runs.end(), [](const RunDataPtr &r) { return r->spanCount() > 0; });
+    setPlaceholder(this, drawn ? QString() : emptyPlotText(!m_runs.empty()));
+    // Only the primary can be live; the others have ended.
+    const RunDataPtr &primary = run();
+    if (m_follow && primary && primary->state == RunState::Running) {
+        const double end = double(primary->endNs()) / 1e6;
         xAxis->setRange(std::max(0.0, end - m_followWindowMs), std::max(end, 1e-3));
     }
     replot(QCustomPlot::rpQueuedReplot);
@@ -156,7 +215,10 @@ void TimelineView::setFollowLive(bool follow)
 
 void TimelineView::fitAll()
 {
-    const double end = m_run ? double(m_run->endNs()) / 1e6 : 1.0;
+    // Runs are aligned at their starts: the longest one sets the end.
+    double end = m_runs.empty() ? 1.0 : 0.0;
+    for (const RunDataPtr &r : m_runs)
+        end = std::max(end, double(r->endNs()) / 1e6);
     xAxis->setRange(0, std::max(end, 1e-3));
     replot(QCustomPlot::rpQueuedReplot);
 }
@@ -226,15 +288,22 @@ bool TimelineView::event(QEvent *event)
 
 QString TimelineView::describeAt(const QPoint &pos) const
 {
-    if (!m_run || !axisRect()->rect().contains(pos))
+    if (m_runs.empty() || !axisRect()->rect().contains(pos))
         return {};
-    const int row = m_plottable->rowAt(yAxis->pixelToCoord(pos.y()));
-    if (row < 0)
+    const double value = yAxis->pixelToCoord(pos.y());
+    const int slot = m_plottable->slotAt(value);
+    if (slot < 0)
+        return {};
+    const TimelineSlot &where = m_plottable->stack()[std::size_t(slot)];
+    const RunData &run = *m_runs[where.run];
+    if (where.heading())
+        return QStringLiteral("<b>") + run.title().toHtmlEscaped() + QStringLiteral("</b>");
+    if (m_plottable->rowAt(value) < 0)
         return {};
     const double t = xAxis->pixelToCoord(pos.x()) * 1e6;
     const double nsPerPx = xAxis->range().size() * 1e6 / std::max(1, axisRect()->width());
-    const auto &trace = m_run->trace();
-    const auto r = std::size_t(row);
+    const auto &trace = run.trace();
+    const auto r = std::size_t(where.row);
     // Only the spans around the cursor are fetched; where there are many, the summary counts.
     const std::uint64_t near = trace.countIn(r, std::int64_t(t - 1.5 * nsPerPx), std::int64_t(t + 1.5 * nsPerPx));
     if (near > 1000)
@@ -255,8 +324,11 @@ QString TimelineView::describeAt(const QPoint &pos) const
             return tr("%1 spans too small to show here: zoom in (mouse wheel) to see them").arg(n);
     }
     const PhaseStyle &st = phaseStyle(s.phase());
-    QString text = tr("<b>worker %1: %2</b><br>step %3<br>%4 ms, from %5 ms")
-                       .arg(s.worker)
+    // With several runs shown the same worker exists in each: the text says which run's.
+    const QString who = m_runs.size() > 1 ? tr("%1, worker %2").arg(run.label().toHtmlEscaped()).arg(s.worker)
+                                          : tr("worker %1").arg(s.worker);
+    QString text = tr("<b>%1: %2</b><br>step %3<br>%4 ms, from %5 ms")
+                       .arg(who)
                        .arg(st.label)
                        .arg(s.step)
                        .arg(double(s.duration()) / 1e6, 0, 'f', 3)
@@ -277,7 +349,7 @@ QString TimelineView::describeAt(const QPoint &pos) const
                     .arg(100.0 * offMs * 1e6 / std::max(1.0, double(s.duration())), 0, 'f', 0);
     QString help = st.tooltip;
     if (s.phase() == Phase::Wait)
-        help = m_run->config().async()
+        help = run.config().async()
                    ? tr("Stalled: waiting for the staleness bound or the parameter server's lock.")
                    : tr("Stalled at the barrier, waiting for the slowest worker.");
     return text + QStringLiteral("<br><i>") + help + QStringLiteral("</i>");
@@ -285,35 +357,44 @@ QString TimelineView::describeAt(const QPoint &pos) const
 
 QString TimelineView::summarizeRange(double t0Ms, double t1Ms) const
 {
-    if (!m_run || t1Ms <= t0Ms)
+    if (m_runs.empty() || t1Ms <= t0Ms)
         return {};
-    std::vector<std::array<double, std::size_t(Phase::Count)>> shares;
-    std::vector<double> offCpu;
-    try {
-        shares = m_run->phaseTimeIn(t0Ms * 1e6, t1Ms * 1e6, &offCpu);
-    } catch (const StoreError &e) {
-        return QString::fromStdString(e.what());
-    }
     const double total = (t1Ms - t0Ms) * 1e6;
     QString text = tr("%1 to %2 ms (%3 ms):").arg(t0Ms, 0, 'f', 1).arg(t1Ms, 0, 'f', 1).arg(t1Ms - t0Ms, 0, 'f', 1);
-    for (std::size_t w = 0; w < shares.size(); ++w) {
-        const auto &a = shares[w];
-        const double wait = a[std::size_t(Phase::Wait)];
-        const double recompute = a[std::size_t(Phase::Recompute)];
-        const double delay = a[std::size_t(Phase::Delay)];
-        double busy = 0;
-        for (Phase p : {Phase::Data, Phase::Forward, Phase::Backward, Phase::Reduce, Phase::Apply,
-                        Phase::Push, Phase::Pull, Phase::Eval})
-            busy += a[std::size_t(p)];
-        text += tr("  w%1 busy %2% wait %3% recompute %4% delay %5% off CPU %6%;")
-                    .arg(w)
-                    .arg(100 * busy / total, 0, 'f', 0)
-                    .arg(100 * wait / total, 0, 'f', 0)
-                    .arg(100 * recompute / total, 0, 'f', 0)
-                    .arg(100 * delay / total, 0, 'f', 0)
-                    .arg(100 * offCpu[w] / total, 0, 'f', 0);
+    // One line per run when several show (the same range of each run's own time).
+    for (const RunDataPtr &run : m_runs) {
+        std::vector<std::array<double, std::size_t(Phase::Count)>> shares;
+        std::vector<double> offCpu;
+        try {
+            shares = run->phaseTimeIn(t0Ms * 1e6, t1Ms * 1e6, &offCpu);
+        } catch (const StoreError &e) {
+            if (m_runs.size() == 1)
+                return QString::fromStdString(e.what());
+            text += QLatin1Char('\n') + run->label() + QStringLiteral(": ") + QString::fromStdString(e.what()) + QLatin1Char(';');
+            continue;
+        }
+        if (m_runs.size() > 1)
+            text += QLatin1Char('\n') + run->label() + QLatin1Char(':');
+        for (std::size_t w = 0; w < shares.size(); ++w) {
+            const auto &a = shares[w];
+            const double wait = a[std::size_t(Phase::Wait)];
+            const double recompute = a[std::size_t(Phase::Recompute)];
+            const double delay = a[std::size_t(Phase::Delay)];
+            double busy = 0;
+            for (Phase p : {Phase::Data, Phase::Forward, Phase::Backward, Phase::Reduce, Phase::Apply,
+                            Phase::Push, Phase::Pull, Phase::Eval})
+                busy += a[std::size_t(p)];
+            text += tr("  w%1 busy %2% wait %3% recompute %4% delay %5% off CPU %6%;")
+                        .arg(w)
+                        .arg(100 * busy / total, 0, 'f', 0)
+                        .arg(100 * wait / total, 0, 'f', 0)
+                        .arg(100 * recompute / total, 0, 'f', 0)
+                        .arg(100 * delay / total, 0, 'f', 0)
+                        .arg(100 * offCpu[w] / total, 0, 'f', 0);
+        }
+        if (text.endsWith(QLatin1Char(';')))
+            text.chop(1);
     }
-    text.chop(1);
     return text;
 }
 

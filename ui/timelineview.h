@@ -1,6 +1,7 @@
 // The timeline widget: the plottable on a time axis with one labelled row per worker (and its
 // prefetch lane), a phase legend, follow-live or free navigation, hover details and range
-// summaries.
+// summaries. Several runs stack on the one time axis, each a group of rows under its name,
+// aligned at their starts and zoomed and panned together, for comparing modes.
 #pragma once
 
 #include "rundata.h"
@@ -16,9 +17,15 @@ class TimelineView : public QCustomPlot {
 public:
     explicit TimelineView(QWidget *parent = nullptr);
 
-    void setRun(RunDataPtr run);
-    const RunDataPtr &run() const { return m_run; }
-    // Call after new records arrived; replots (queued) and slides the window when following.
+    // runs.front() is the primary run (the live or shown one), the others stack under it in the
+    // given order; null runs are left out. A new primary starts following live and fits the
+    // view as setRun always did; the same primary with other runs under it keeps the view.
+    void setRuns(std::vector<RunDataPtr> runs);
+    void setRun(RunDataPtr run) { setRuns({std::move(run)}); }
+    const std::vector<RunDataPtr> &runs() const { return m_runs; }
+    const RunDataPtr &run() const; // the primary, or null
+    // Call after new records arrived (to the primary only: the others have ended); replots
+    // (queued) and slides the window over the primary's end when following.
     void refresh();
     bool followLive() const { return m_follow; }
     void setFollowLive(bool follow);
@@ -30,7 +37,7 @@ public:
     TimelinePlottable *plottable_() const { return m_plottable; }
     // Text describing the span (or folded spans) at a widget position; empty when none.
     QString describeAt(const QPoint &pos) const;
-    // Busy / wait / recompute shares per worker in [t0Ms, t1Ms].
+    // Busy / wait / recompute shares per worker in [t0Ms, t1Ms], per run when several show.
     QString summarizeRange(double t0Ms, double t1Ms) const;
 
 Q_SIGNALS:
@@ -44,19 +51,22 @@ protected:
     void wheelEvent(QWheelEvent *event) override;
     void resizeEvent(QResizeEvent *event) override;
     bool event(QEvent *event) override;
+    void updateLayout() override;
 
 private:
     void updateRowLabels();
+    void updateLegend();
     void placeLegend(bool show);
 
     void onSelectionAccepted(const QRect &rect, QMouseEvent *event);
 
-    RunDataPtr m_run;
+    std::vector<RunDataPtr> m_runs;
     TimelinePlottable *m_plottable = nullptr;
     QCPTextElement *m_title = nullptr;
     QCPItemRect *m_selection = nullptr;
     QSharedPointer<QCPAxisTickerText> m_rowTicker;
-    std::size_t m_labelledRows = 0;
+    std::vector<std::size_t> m_labelledRows; // each run's row count when last labelled
+    std::pair<int, int> m_labelBasis{-1, -1}; // axis rect height and label height last labelled for
     bool m_follow = true;
     double m_followWindowMs = 1500;
 };
