@@ -5,6 +5,7 @@
 #include "rundata.h"
 #include "settings.h"
 
+#include <QElapsedTimer>
 #include <QMainWindow>
 
 class QAction;
@@ -109,6 +110,7 @@ private:
     RunDataPtr m_shown;
     QFont m_baseFont;
     int m_chartTick = 0;
+    QElapsedTimer m_statusClock; // status bar updates, a few a second
     QSize defaultSize() const;
     QByteArray m_defaultState;
     QAction *m_rerunAction = nullptr;

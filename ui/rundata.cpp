@@ -25,6 +25,33 @@ std::shared_ptr<RunData> RunData::fromOpened(const OpenedRun &opened, const QStr
     return run;
 }
 
+void RunData::append(const std::vector<Record> &records)
+{
+    m_trace->append(records);
+    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
+    for (const Record &r : records)
+        if (r.isSpan())
+            earliest = std::min(earliest, r.start);
+    m_appended += records.size();
+    m_appendMarks.push_back({m_appended, earliest});
+    if (m_appendMarks.size() > 512) {
+        m_forgottenUpTo = m_appendMarks.front().appendedAfter;
+        m_appendMarks.pop_front();
+    }
+}
+
+std::int64_t RunData::earliestStartSince(std::uint64_t appended) const
+{
+    if (appended >= m_appended)
+        return std::numeric_limits<std::int64_t>::max();
+    if (appended < m_forgottenUpTo) // some of those records came in calls no longer held
+        return std::numeric_limits<std::int64_t>::min();
+    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
+    for (auto it = m_appendMarks.rbegin(); it != m_appendMarks.rend() && it->appendedAfter > appended; ++it)
+        earliest = std::min(earliest, it->earliestStart);
+    return earliest;
+}
+
 void RunData::listRows()
 {
     m_rows.clear();

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <deque>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -38,7 +40,13 @@ public:
     // A live run's directory: spans that leave the model's recent window are read back from it.
     void setDirectory(const QString &dir);
 
-    void append(const std::vector<Record> &records) { m_trace->append(records); }
+    void append(const std::vector<Record> &records);
+    // Records handed to append() so far, and the earliest span start among those appended after
+    // the first `appended` of them: what a cached drawing of the run must redraw from (spans
+    // are recorded when they end, so one can start well before the newest). INT64_MAX when
+    // nothing came since; INT64_MIN when that is too long ago to say.
+    std::uint64_t appended() const { return m_appended; }
+    std::int64_t earliestStartSince(std::uint64_t appended) const;
 
     const TraceModel &trace() const { return *m_trace; }
     const std::vector<TimelineRow> &rows() const { return m_rows; }
@@ -76,6 +84,13 @@ private:
     QString m_directory;
     std::shared_ptr<TraceModel> m_trace;
     std::vector<TimelineRow> m_rows;
+    struct AppendMark {
+        std::uint64_t appendedAfter;
+        std::int64_t earliestStart;
+    };
+    std::deque<AppendMark> m_appendMarks; // the last few hundred append() calls
+    std::uint64_t m_appended = 0;
+    std::uint64_t m_forgottenUpTo = 0; // records of the calls dropped from m_appendMarks
 };
 
 using RunDataPtr = std::shared_ptr<RunData>;

@@ -2,8 +2,12 @@
 
 #include "phasestyle.h"
 
+#include <QPainter>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace syncopate {
 
@@ -84,7 +88,7 @@ QCPRange TimelinePlottable::getValueRange(bool &foundRange, QCP::SignDomain, con
     return foundRange ? QCPRange(-0.6, double(m_slots.size()) - 0.4) : QCPRange(0, 1);
 }
 
-void TimelinePlottable::drawHeading(QCPPainter *painter, std::size_t slot, const QRect &area)
+void TimelinePlottable::drawHeading(QPainter *painter, std::size_t slot, const QRect &area)
 {
     // A tinted band across the plot under the run's name on the row axis, and a line where the
     // group above ends, so the groups read apart even on a projector.
@@ -103,14 +107,112 @@ void TimelinePlottable::drawHeading(QCPPainter *painter, std::size_t slot, const
     }
 }
 
+void TimelinePlottable::setCaching(bool on)
+{
+    m_caching = on;
+    m_cache = {};
+}
+
 void TimelinePlottable::draw(QCPPainter *painter)
 {
-    m_lastMarks = 0;
     if (m_runs.empty())
         return;
     const QRect area = mKeyAxis->axisRect()->rect();
     const QCPRange keys = mKeyAxis->range();
     const TimeMapping mapping(keys.lower * 1e6, keys.upper * 1e6, area.left(), area.width());
+    if (m_caching && !painter->modes().testFlag(QCPPainter::pmVectorized) &&
+        !painter->modes().testFlag(QCPPainter::pmNoCaching)) {
+        drawCached(painter, area, mapping);
+        return;
+    }
+    m_lastMarks = 0;
+    m_lastFull = true;
+    drawSlots(painter, area, mapping, area.left());
+}
+
+void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping)
+{
+    Cache &c = m_cache;
+    const qreal dpr = painter->device() ? painter->device()->devicePixelRatioF() : 1.0;
+    std::vector<const RunData *> runs;
+    std::vector<std::size_t> rows;
+    for (const RunDataPtr &r : m_runs) {
+        runs.push_back(r.get());
+        rows.push_back(r->rows().size());
+    }
+    const double nsPerPixel = mapping.nsPerPixel();
+    bool reuse = !c.image.isNull() && c.area == area && c.dpr == dpr && c.values == mValueAxis->range() &&
+                 c.lineScale == m_lineScale && c.runs == runs && c.rows == rows &&
+                 std::abs(c.nsPerPixel - nsPerPixel) <= 1e-9 * nsPerPixel;
+    // Reused when the view slid right by whole device pixels (TimelineView::refresh snaps the
+    // live window to them).
+    const double shift = reuse ? (mapping.startNs() - c.startNs) / nsPerPixel : 0.0;
+    const long shiftPx = std::lround(shift * dpr);
+    reuse = reuse && shiftPx >= 0 && std::abs(shift * dpr - double(shiftPx)) < 1e-3 &&
+            shiftPx < c.image.width();
+    const double right = double(area.left() + area.width());
+    double fromX = area.left();
+    if (reuse) {
+        // Redraw the time that came into view and whatever arrived since the last frame: spans
+        // are recorded when they end, so one that started long ago may be new.
+        fromX = right - double(shiftPx) / dpr;
+        for (std::size_t i = 0; i < m_runs.size(); ++i) {
+            const std::int64_t since = m_runs[i]->earliestStartSince(c.appended[i]);
+            if (since == std::numeric_limits<std::int64_t>::min())
+                fromX = area.left();
+            else if (since != std::numeric_limits<std::int64_t>::max())
+                fromX = std::min(fromX, std::floor(mapping.toPixel(double(since))) - 1.0);
+        }
+        fromX = std::max(fromX, double(area.left()));
+        // Whole device pixels, so that the strip's edge meets the scrolled part exactly.
+        const long fromPx = std::clamp(long(std::floor((fromX - area.left()) * dpr)), 0L, long(c.image.width()));
+        fromX = area.left() + double(fromPx) / dpr;
+        const auto bpl = std::size_t(c.image.bytesPerLine());
+        for (int y = 0; y < c.image.height(); ++y) {
+            auto *line = reinterpret_cast<std::uint32_t *>(c.image.scanLine(y));
+            if (shiftPx > 0)
+                std::memmove(line, line + shiftPx, bpl - std::size_t(shiftPx) * 4);
+            std::fill(line + fromPx, line + c.image.width(), 0u);
+        }
+    } else {
+        c.image = QImage(QSize(int(std::ceil(area.width() * dpr)), int(std::ceil(area.height() * dpr))),
+                         QImage::Format_ARGB32_Premultiplied);
+        c.image.setDevicePixelRatio(dpr);
+        c.image.fill(Qt::transparent);
+    }
+    m_lastFull = !reuse;
+    if (fromX < right) {
+        m_lastMarks = 0;
+        QPainter p(&c.image);
+        p.translate(-area.left(), -area.top());
+        p.setClipRect(QRectF(fromX, area.top(), right - fromX, area.height()));
+        drawSlots(&p, area, mapping, fromX);
+    }
+    c.area = area;
+    c.dpr = dpr;
+    c.startNs = mapping.startNs();
+    c.nsPerPixel = nsPerPixel;
+    c.values = mValueAxis->range();
+    c.lineScale = m_lineScale;
+    c.runs = std::move(runs);
+    c.rows = std::move(rows);
+    c.appended.clear();
+    for (const RunDataPtr &r : m_runs)
+        c.appended.push_back(r->appended());
+    painter->drawImage(QPointF(area.topLeft()), c.image);
+}
+
+void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const TimeMapping &full, double fromX)
+{
+    // The strip from fromX on, on the same scale as the whole view.
+    const double right = double(area.left() + area.width());
+    const TimeMapping mapping = fromX <= area.left()
+                                    ? full
+                                    : TimeMapping(full.toTime(fromX), full.endNs(), fromX, right - fromX);
+    // Patterns (waits, pauses, off-CPU time) are anchored at run time 0, so that they move with
+    // the marks: a scrolled image and its new strip meet without a seam.
+    const double origin = full.toPixel(0.0);
+    painter->setBrushOrigin(QPointF(origin - 64.0 * std::floor((origin - area.left()) / 64.0), area.top()));
     // Only the slots in view are visited: the cost follows the rows shown, not the runs held.
     const QCPRange values = mValueAxis->range();
     const auto firstSlot = std::size_t(std::clamp(std::floor(values.lower), 0.0, double(m_slots.size())));

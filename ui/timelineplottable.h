@@ -12,6 +12,7 @@
 
 #include <array>
 
+#include <QImage>
 #include <QRectF>
 #include <QVector>
 
@@ -38,7 +39,15 @@ public:
     // The slot (row or heading) nearest to a value-axis coordinate, or -1 outside them all.
     int slotAt(double value) const;
     void setLineScale(double scale) { m_lineScale = scale; }
+    // Marks laid out by the last draw that drew any (with caching, maybe only a strip).
     std::size_t lastMarkCount() const { return m_lastMarks; }
+    // On screen the marks are kept in an image between frames: a view that slid by whole
+    // pixels (as following live does) scrolls it and draws only the new time and what arrived
+    // since, not every row again. Exports (vector or not) always draw everything.
+    void setCaching(bool on);
+    bool caching() const { return m_caching; }
+    // Whether the last draw redrew everything (else it scrolled the image and drew a strip).
+    bool lastDrawWasFull() const { return m_lastFull; }
     // Whether the last row drawn came from its level-of-detail summary rather than raw spans.
     bool lastDrawnFromSummary() const { return m_lastDrawnFromSummary; }
 
@@ -53,7 +62,10 @@ protected:
 
 private:
     void layoutVisible(const RunData &run, std::size_t row, const TimeMapping &mapping);
-    void drawHeading(QCPPainter *painter, std::size_t slot, const QRect &area);
+    void drawHeading(QPainter *painter, std::size_t slot, const QRect &area);
+    // The slots in view, their marks from pixel fromX to the area's right edge.
+    void drawSlots(QPainter *painter, const QRect &area, const TimeMapping &mapping, double fromX);
+    void drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping);
 
     std::vector<RunDataPtr> m_runs;
     std::vector<TimelineSlot> m_slots;
@@ -67,6 +79,19 @@ private:
     QVector<QRectF> m_hatches;
     std::size_t m_lastMarks = 0;
     double m_lineScale = 1.0;
+    bool m_caching = true;
+    bool m_lastFull = true;
+    struct Cache {
+        QImage image; // the plot area's marks, transparent between rows
+        QRect area;
+        qreal dpr = 0;
+        double startNs = 0, nsPerPixel = 0;
+        QCPRange values;
+        double lineScale = 0;
+        std::vector<const RunData *> runs;
+        std::vector<std::size_t> rows;
+        std::vector<std::uint64_t> appended; // RunData::appended() of each run when drawn
+    } m_cache;
 };
 
 } // namespace syncopate

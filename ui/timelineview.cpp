@@ -198,7 +198,13 @@ void TimelineView::refresh()
     const RunDataPtr &primary = run();
     if (m_follow && primary && primary->state == RunState::Running) {
         const double end = double(primary->endNs()) / 1e6;
-        xAxis->setRange(std::max(0.0, end - m_followWindowMs), std::max(end, 1e-3));
+        // The window's left edge on a grid of whole device pixels, so that from one frame to
+        // the next the view slides by whole pixels and the plottable scrolls its image rather
+        // than drawing every row again.
+        const double px = std::max(1.0, axisRect()->width() * devicePixelRatioF());
+        const double step = m_followWindowMs / px;
+        const double lower = std::max(0.0, std::ceil((end - m_followWindowMs) / step) * step);
+        xAxis->setRange(lower, std::max(lower + m_followWindowMs, 1e-3));
     }
     replot(QCustomPlot::rpQueuedReplot);
 }
