@@ -43,7 +43,8 @@ int main(int argc, char **argv)
                                                   "(to show a run in progress)."),
                                    QStringLiteral("MS"));
     const QCommandLineOption presentation(QStringLiteral("presentation"), QStringLiteral("Start in presentation mode."));
-    parser.addOptions({preset, config, start, open, chart, screenshot, delay, presentation});
+    const QCommandLineOption lesson(QStringLiteral("lesson"), QStringLiteral("Open the lesson (Help > Lesson)."));
+    parser.addOptions({preset, config, start, open, chart, screenshot, delay, presentation, lesson});
     parser.process(app);
 
     MainWindow window;
@@ -54,6 +55,8 @@ int main(int argc, char **argv)
     if (parser.isSet(presentation))
         window.setPresentationMode(true);
     window.show();
+    if (parser.isSet(lesson))
+        window.showLesson();
     if (parser.isSet(chart) && !window.showChart(parser.value(chart)))
         std::fprintf(stderr, "syncopate: no chart named %s (loss, stalls, staleness, memory, throughput)\n",
                      qPrintable(parser.value(chart)));

@@ -223,6 +223,9 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
         plot->setToolTip(metricHelp(helpKey));
         plot->setObjectName(helpKey);
         plot->installEventFilter(this);
+        // A set minimum, not the layout's: a legend of long run names beside the plot would
+        // otherwise make the window wider than a 1280-pixel projector.
+        plot->setMinimumSize(240, 160);
         Q_UNUSED(name);
         return plot;
     };

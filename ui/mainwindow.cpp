@@ -4,6 +4,7 @@
 #include "comparison.h"
 #include "experimentform.h"
 #include "exporter.h"
+#include "lesson.h"
 #include "phasestyle.h"
 #include "runcontroller.h"
 #include "session.h"
@@ -127,9 +128,11 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     m_progress->setRange(0, 1000);
     m_progress->setValue(0);
     m_progress->setTextVisible(true);
-    statusBar()->addWidget(m_stepLabel);
-    statusBar()->addWidget(m_rateLabel);
-    statusBar()->addWidget(m_timeLabel);
+    // On the right, beside the progress bar: the left is for messages, which would otherwise
+    // be drawn over the step count.
+    statusBar()->addPermanentWidget(m_stepLabel);
+    statusBar()->addPermanentWidget(m_rateLabel);
+    statusBar()->addPermanentWidget(m_timeLabel);
     statusBar()->addPermanentWidget(m_progress);
 
     connect(m_controller, &RunController::runStarted, this, &MainWindow::onRunStarted);
@@ -218,6 +221,17 @@ void MainWindow::createDocks()
     runsDock->setWidget(m_runList);
     addDockWidget(Qt::LeftDockWidgetArea, runsDock);
     resizeDocks({formDock, workerDock, runsDock}, {560, 170, 120}, Qt::Vertical);
+
+    // Help > Lesson: a tab beside the form (at 720 lines there is no room for a column of its
+    // own), hidden until asked for.
+    m_lessonDock = new QDockWidget(tr("Lesson"), this);
+    m_lessonDock->setObjectName(QStringLiteral("lessonDock"));
+    m_lesson = new LessonPanel(this);
+    m_lessonDock->setWidget(m_lesson);
+    addDockWidget(Qt::LeftDockWidgetArea, m_lessonDock);
+    tabifyDockWidget(formDock, m_lessonDock);
+    m_lessonDock->hide();
+    formDock->raise();
     connect(m_runList, &QListWidget::currentRowChanged, this, [this](int row) {
         if (row >= 0 && row < int(m_runs.size()) && !m_controller->isRunning())
             showRun(m_runs[std::size_t(row)]);
@@ -339,6 +353,9 @@ void MainWindow::createActions()
         box.setTextFormat(Qt::RichText);
         box.exec();
     });
+    QAction *lesson = help->addAction(tr("&Lesson"), this, &MainWindow::showLesson);
+    lesson->setShortcut(QKeySequence(Qt::Key_F2));
+    lesson->setToolTip(tr("A guided sequence for a class: each step runs a preset and says what to look at"));
     help->addSeparator();
     help->addAction(tr("&About Syncopate"), this, [this] {
         QMessageBox::about(this, tr("About Syncopate"),
@@ -729,6 +746,20 @@ bool MainWindow::renameRun(const RunDataPtr &run, const QString &name)
     return true;
 }
 
+void MainWindow::showLesson()
+{
+    m_lessonDock->show();
+    m_lessonDock->raise();
+    // The lesson's text is what the class reads: most of the column's height to it.
+    QList<QDockWidget *> column{m_lessonDock};
+    for (const char *name : {"workersDock", "runsDock"})
+        if (auto *d = findChild<QDockWidget *>(QLatin1String(name)); d && d->isVisible())
+            column << d;
+    const int h = height();
+    resizeDocks(column, column.size() == 3 ? QList<int>{int(h * 0.66), int(h * 0.14), int(h * 0.2)}
+                                           : QList<int>(column.size(), h / int(column.size())), Qt::Vertical);
+}
+
 void MainWindow::setCompared(const RunDataPtr &run, bool on)
 {
     const auto it = std::find(m_runs.begin(), m_runs.end(), run);
@@ -861,7 +892,7 @@ void MainWindow::setPresentationMode(bool on)
     QList<QDockWidget *> left;
     for (QDockWidget *d : findChildren<QDockWidget *>()) {
         d->setFont(f);
-        if (dockWidgetArea(d) == Qt::LeftDockWidgetArea)
+        if (dockWidgetArea(d) == Qt::LeftDockWidgetArea && d != m_lessonDock) // (a tab of the form's)
             left << d;
     }
     // Larger text needs a wider form, or its fields are cut.

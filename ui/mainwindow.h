@@ -21,6 +21,7 @@ namespace syncopate {
 
 class ChartsWidget;
 class ExperimentForm;
+class LessonPanel;
 class RunController;
 class TimelineView;
 
@@ -60,6 +61,11 @@ public:
     bool renameRun(const RunDataPtr &run, const QString &name);
     // Checks (or unchecks) a run in the Runs list: checked runs are overlaid on the shown one.
     void setCompared(const RunDataPtr &run, bool on);
+    // Help > Lesson (F2): the guided sequence, in a tab beside the form.
+    void showLesson();
+    LessonPanel *lesson() const { return m_lesson; }
+    // Shows a run on the timeline and the charts (as selecting it in the Runs list does).
+    void showRun(const RunDataPtr &run);
     // Brings a chart's tab to the front (loss, stalls, staleness, memory, throughput).
     bool showChart(const QString &name);
     void setPresentationMode(bool on);
@@ -83,7 +89,6 @@ private:
     void onRunFailed(const QString &message, const QStringList &fields);
     void addRunToList(const RunDataPtr &run);
     QString runItemText(const RunData &run) const;
-    void showRun(const RunDataPtr &run);
     void updateCompare();
     void rebuildWorkerControls(int workers, bool live);
     void updateActions();
@@ -101,6 +106,8 @@ private:
     QWidget *m_banner;
     QLabel *m_bannerText;
     QListWidget *m_runList;
+    QDockWidget *m_lessonDock = nullptr;
+    LessonPanel *m_lesson = nullptr;
     QWidget *m_workerPanel;
     QGridLayout *m_workerGrid;
     QLabel *m_stepLabel, *m_rateLabel, *m_timeLabel;
