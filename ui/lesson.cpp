@@ -59,19 +59,18 @@ LessonPanel::LessonPanel(MainWindow *window, QWidget *parent)
     m_back = button("lessonBack", tr("Back"));
     m_next = button("lessonNext", tr("Next"));
 
-    // One above the other: side by side, a narrow dock cuts their labels.
-    auto *runs = new QVBoxLayout;
-    runs->addWidget(m_run);
-    runs->addWidget(m_variant);
+    // Back, run, Next in one row (the text needs the height at 720 lines), the second run
+    // under it: three in a row, a narrow dock would cut its label.
     auto *nav = new QHBoxLayout;
     nav->addWidget(m_back);
-    nav->addStretch();
+    nav->addWidget(m_run, 1);
     nav->addWidget(m_next);
     auto *layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
     layout->addWidget(m_list);
     layout->addWidget(scroll, 1);
-    layout->addLayout(runs);
     layout->addLayout(nav);
+    layout->addWidget(m_variant);
 
     connect(m_list, &QListWidget::currentRowChanged, this, &LessonPanel::setCurrentStep);
     connect(m_run, &QPushButton::clicked, this, [this] { runStep(false); });

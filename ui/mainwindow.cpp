@@ -528,8 +528,9 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
     if (!run->directory().isEmpty())
         text += tr(". Saved in %1").arg(run->directory());
     statusBar()->showMessage(text, 15000);
-    if (run->state != RunState::Failed)
-        m_stepLabel->setText(text);
+    // The whole sentence is the message (on the left); beside the progress bar, what stays.
+    m_stepLabel->setText(tr("%1 %2, %3 steps").arg(run->label(), QString::fromLatin1(runStateName(run->state)))
+                             .arg(s.value("steps_completed", 0)));
     Q_EMIT runFinished();
 }
 
