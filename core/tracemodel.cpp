@@ -51,6 +51,12 @@ std::size_t TraceModel::rowFor(const Record &r)
 
 void TraceModel::attachDirectory(const std::string &dir) { m_dir = dir; }
 
+void TraceModel::setFinestLevel(int level)
+{
+    for (Row &row : m_rows)
+        row.lod.startAt(level);
+}
+
 const RowLod &TraceModel::lod(std::size_t r) const
 {
     m_rows[r].lod.settle();

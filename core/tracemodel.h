@@ -63,6 +63,8 @@ public:
     void attachDirectory(const std::string &dir);
     // Summaries only, no raw spans in memory at all (the run's writer, whose spans go to files).
     void setKeepRaw(bool keep) { m_keepRaw = keep; }
+    // Before the first append: the rows' summaries keep no level finer than `level` (RowLod::startAt).
+    void setFinestLevel(int level);
 
     std::size_t rowCount() const { return m_rows.size(); }
     const RowDescriptor &row(std::size_t r) const { return m_rows[r].desc; }

@@ -6,6 +6,10 @@
 // the same painting) where that still fits in memory. One line per figure:
 //   spans=N zoom=NAME redraw_ms=X folding_ms=Y marks=M summary=0|1
 //   spans=N open_ms=X rss_mb=Y disk_bytes_per_span=Z write_ns_per_span=W
+// `bench_timeline --ingest [records]` measures instead what a live run costs the GUI thread per
+// poll: TraceModel::append of a 16-worker stream delivered 30 times a second, then one settle of
+// every row as the next draw does. Medians of 7 repetitions:
+//   ingest records=N append_ns_per_record=X settle_us_per_poll=Y
 #include "phasestyle.h"
 #include "random.h"
 #include "rundata.h"
@@ -24,6 +28,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 using namespace syncopate;
 
@@ -175,6 +180,73 @@ void benchSize(std::size_t total)
     std::fflush(stdout);
 }
 
+// A live 16-worker run as the GUI receives it: each 33 ms poll brings every worker's records of
+// that window, worker after worker (the collector drains the rings in bulk). Steps of 1-60 us
+// spans with the loss, activation bytes and staleness samples a step records.
+std::vector<std::vector<Record>> livePolls(std::size_t total)
+{
+    constexpr int workers = 16;
+    constexpr std::int64_t pollNs = 33333333;
+    const Phase cycle[] = {Phase::Data, Phase::Forward, Phase::Backward, Phase::Wait, Phase::Reduce,
+                           Phase::Wait, Phase::Apply};
+    Rng rng(2);
+    std::vector<std::vector<Record>> polls;
+    std::vector<std::int64_t> t(workers, 0);
+    std::vector<std::uint32_t> step(workers, 0);
+    std::size_t n = 0;
+    for (std::int64_t until = pollNs; n < total; until += pollNs) {
+        auto &poll = polls.emplace_back();
+        for (int w = 0; w < workers && n < total; ++w) {
+            auto &now = t[std::size_t(w)];
+            auto &s = step[std::size_t(w)];
+            while (now < until && n < total) {
+                for (const Phase p : cycle) {
+                    const std::int64_t d = 1000 + std::int64_t(rng.below(59000));
+                    poll.push_back(Record::span(w, p, defaultLane(p), s, now, now + d, p == Phase::Wait ? 200.0 : 0.0));
+                    now += d;
+                }
+                poll.push_back(Record::counterSample(w, CounterId::Loss, s, now, 2.0 / (1 + s)));
+                poll.push_back(Record::counterSample(w, CounterId::ActivationBytes, s, now, 1e6));
+                poll.push_back(Record::counterSample(w, CounterId::Staleness, s, now, double(rng.below(4))));
+                n += 10;
+                ++s;
+            }
+        }
+    }
+    return polls;
+}
+
+void benchIngest(std::size_t total)
+{
+    const auto polls = livePolls(total);
+    std::size_t records = 0;
+    for (const auto &p : polls)
+        records += p.size();
+    std::vector<double> appendNs, settleUs;
+    for (int rep = 0; rep < 7; ++rep) {
+        QTemporaryDir tmp; // the live model trims its recent spans to the run's files
+        TraceModel model(16, false, 32);
+        model.setFinestLevel(2); // as RunData's live view has it
+        model.attachDirectory(tmp.path().toStdString());
+        std::int64_t inAppend = 0, inSettle = 0;
+        QElapsedTimer timer;
+        for (const auto &p : polls) {
+            timer.start();
+            model.append(p);
+            inAppend += timer.nsecsElapsed();
+            timer.start();
+            for (std::size_t r = 0; r < model.rowCount(); ++r)
+                (void)model.lod(r);
+            inSettle += timer.nsecsElapsed();
+        }
+        appendNs.push_back(double(inAppend) / double(records));
+        settleUs.push_back(double(inSettle) / 1e3 / double(polls.size()));
+    }
+    std::printf("ingest records=%zu append_ns_per_record=%.1f settle_us_per_poll=%.2f\n", records, median(appendNs),
+                median(settleUs));
+    std::fflush(stdout);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -182,6 +254,10 @@ int main(int argc, char **argv)
     if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM"))
         qputenv("QT_QPA_PLATFORM", "offscreen");
     QApplication app(argc, argv);
+    if (argc > 1 && std::string(argv[1]) == "--ingest") {
+        benchIngest(argc > 2 ? std::size_t(std::atoll(argv[2])) : 3000000);
+        return 0;
+    }
     std::vector<std::size_t> sizes;
     for (int i = 1; i < argc; ++i)
         sizes.push_back(std::size_t(std::atoll(argv[i])));

@@ -10,14 +10,25 @@ PhaseLegendItem::PhaseLegendItem(QCPLegend *legend, Phase phase)
     setSelectable(false);
 }
 
+void PhaseLegendItem::prepareText(const QFont &font) const
+{
+    if (m_textWidth >= 0 && font == m_font)
+        return;
+    m_font = font;
+    m_text.setText(style().label);
+    m_text.setTextFormat(Qt::PlainText);
+    m_text.prepare(QTransform(), font);
+    m_textWidth = QFontMetrics(font).horizontalAdvance(style().label);
+}
+
 QSize PhaseLegendItem::minimumOuterSizeHint() const
 {
-    const QFontMetrics fm(mParentLegend->font());
+    const QFont font = mParentLegend->font();
+    prepareText(font);
     const QSize icon = mParentLegend->iconSize();
-    return QSize(icon.width() + mParentLegend->iconTextPadding() +
-                     fm.horizontalAdvance(style().label) + mMargins.left() +
+    return QSize(icon.width() + mParentLegend->iconTextPadding() + m_textWidth + mMargins.left() +
                      mMargins.right(),
-                 std::max(icon.height(), fm.height()) + mMargins.top() + mMargins.bottom());
+                 std::max(icon.height(), QFontMetrics(font).height()) + mMargins.top() + mMargins.bottom());
 }
 
 void PhaseLegendItem::draw(QCPPainter *painter)
@@ -37,11 +48,17 @@ void PhaseLegendItem::draw(QCPPainter *painter)
     painter->setPen(pen);
     painter->setBrush(Qt::NoBrush);
     painter->drawRect(iconRect);
-    painter->setFont(mParentLegend->font());
+    const QFont font = mParentLegend->font();
+    painter->setFont(font);
     painter->setPen(mParentLegend->textColor());
-    painter->drawText(QRectF(iconRect.right() + mParentLegend->iconTextPadding(), r.top(),
-                             r.width(), r.height()),
-                      Qt::AlignLeft | Qt::AlignVCenter, st.label);
+    const QRectF textRect(iconRect.right() + mParentLegend->iconTextPadding(), r.top(), r.width(), r.height());
+    if (painter->paintEngine() && painter->paintEngine()->type() == QPaintEngine::Raster) {
+        prepareText(font);
+        const QSizeF size = m_text.size();
+        painter->drawStaticText(QPointF(textRect.left(), textRect.top() + (textRect.height() - size.height()) / 2.0), m_text);
+    } else { // SVG and PDF exports keep real text
+        painter->drawText(textRect, Qt::AlignLeft | Qt::AlignVCenter, st.label);
+    }
 }
 
 const PhaseStyle &PhaseLegendItem::style() const

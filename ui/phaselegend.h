@@ -4,6 +4,7 @@
 
 #include "trace.h"
 
+#include <QStaticText>
 #include <qcustomplot.h>
 
 namespace syncopate {
@@ -20,6 +21,12 @@ protected:
 private:
     const struct PhaseStyle &style() const;
     Phase m_phase; // Phase::Count: the off-CPU hatch
+    // The label shaped once per font: the live timeline draws the legend 30 times a second,
+    // and shaping its text each time was a tenth of the GUI thread's work.
+    mutable QFont m_font;
+    mutable QStaticText m_text;
+    mutable int m_textWidth = -1;
+    void prepareText(const QFont &font) const;
 };
 
 // Adds one item per phase that the mode can produce (Phase::Count: the off-CPU hatch).

@@ -45,6 +45,10 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     m_selection->setBrush(QColor(255, 220, 0, 50));
     m_selection->setVisible(false);
     m_selection->setLayer(QStringLiteral("overlay"));
+    // One paint buffer instead of two: each is blended over the window on every frame, and a
+    // live run draws 30 frames a second; the overlay's own buffer only spared a full replot
+    // while a selection is dragged.
+    layer(QStringLiteral("overlay"))->setMode(QCPLayer::lmLogical);
     connect(selectionRect(), &QCPSelectionRect::accepted, this, &TimelineView::onSelectionAccepted);
     setMouseTracking(true);
     setToolTip(metricHelp(QStringLiteral("timeline")));
@@ -52,7 +56,11 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     refresh();
 }
 
-void TimelineView::setTitle(const QString &title) { m_title->setText(title); }
+void TimelineView::setTitle(const QString &title)
+{
+    m_title->setText(title);
+    ++m_layoutGeneration;
+}
 
 const RunDataPtr &TimelineView::run() const { return m_plottable->run(); }
 
@@ -99,6 +107,7 @@ void TimelineView::updateLegend()
         }
     }
     addPhaseLegend(legend, phases);
+    ++m_layoutGeneration;
     fitLegendToWidth();
     placeLegend(!phases.empty());
 }
@@ -123,6 +132,7 @@ void TimelineView::fitLegendToWidth(int width)
     const int columns = std::max(1, (room + legend->columnSpacing()) / (widest + legend->columnSpacing()));
     if (legend->wrap() != columns) {
         legend->setWrap(columns);
+        ++m_layoutGeneration;
         replot(QCustomPlot::rpQueuedReplot);
     }
 }
@@ -140,11 +150,13 @@ void TimelineView::placeLegend(bool show)
         plotLayout()->simplify();
     }
     legend->setVisible(show);
+    ++m_layoutGeneration;
 }
 
 void TimelineView::updateRowLabels()
 {
     m_rowTicker->clear();
+    ++m_layoutGeneration;
     m_plottable->restack();
     m_labelledRows.clear();
     for (const RunDataPtr &run : m_runs)
@@ -173,8 +185,20 @@ void TimelineView::updateRowLabels()
     yAxis->setRange(-0.6, double(stack.size()) - 0.4);
 }
 
+TimelineView::LayoutBasis TimelineView::layoutBasis() const
+{
+    // The viewport, not the widget: an export lays out at its own size.
+    return {viewport().size(), bufferDevicePixelRatio(), font(), m_layoutGeneration};
+}
+
 void TimelineView::updateLayout()
 {
+    if (layoutBasis() == m_laidOut) {
+        // Only the range moved: new ticks, same margins (a tick label's height does not depend
+        // on its text, and the row labels have not changed).
+        axisRect()->update(QCPLayoutElement::upPreparation);
+        return;
+    }
     QCustomPlot::updateLayout();
     // Which row labels fit depends on the axis rect's height, known only now. When it (or the
     // label font) changed, label again and lay out once more: the height does not depend on
@@ -183,6 +207,7 @@ void TimelineView::updateLayout()
         updateRowLabels();
         QCustomPlot::updateLayout();
     }
+    m_laidOut = layoutBasis();
 }
 
 void TimelineView::refresh()
@@ -243,6 +268,7 @@ void TimelineView::setPresentationScale(double scale)
     title.setPointSizeF(f.pointSizeF() + 2);
     title.setBold(true);
     m_title->setFont(title);
+    ++m_layoutGeneration;
     refresh(); // also rescales the placeholder text
 }
 

@@ -67,6 +67,18 @@ private:
     QSharedPointer<QCPAxisTickerText> m_rowTicker;
     std::vector<std::size_t> m_labelledRows; // each run's row count when last labelled
     std::pair<int, int> m_labelBasis{-1, -1}; // axis rect height and label height last labelled for
+    // What the plot's layout was last computed for: while none of it changes (a live run only
+    // slides the time axis), a replot prepares the axis ticks and reuses the layout.
+    struct LayoutBasis {
+        QSize size;
+        qreal dpr = 0;
+        QFont font;
+        std::uint64_t generation = 0;
+        bool operator==(const LayoutBasis &) const = default;
+    };
+    LayoutBasis layoutBasis() const;
+    LayoutBasis m_laidOut;
+    std::uint64_t m_layoutGeneration = 0; // bumped by whatever changes labels, legend or title
     bool m_follow = true;
     double m_followWindowMs = 1500;
 };
