@@ -1,6 +1,9 @@
 #include "cpudevice.h"
 
-#include <cblas.h>
+#include "cpulinear.h"
+#include "onednn.h"
+
+#include <sched.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
@@ -9,7 +12,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <new>
 
 namespace syncopate {
@@ -43,13 +45,41 @@ constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
 } // namespace
 
-void configureCpuBlas()
+std::string cpuIsa() { return onednn::cpuIsa(); }
+
+std::string cpuLibrary() { return onednn::version(); }
+
+int defaultThreadsPerWorker(int workers)
 {
-    static std::once_flag once;
-    std::call_once(once, [] { openblas_set_num_threads(1); });
+    cpu_set_t set;
+    int cores = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        cores = CPU_COUNT(&set);
+    if (cores <= 0)
+        cores = 1;
+    return std::max(1, cores / std::max(1, workers));
 }
 
-CpuDevice::CpuDevice() { configureCpuBlas(); }
+CpuDevice::CpuDevice(int threads) : m_ctx(std::make_unique<onednn::Context>(threads)) {}
+
+CpuDevice::~CpuDevice() = default;
+
+int CpuDevice::threads() const { return m_ctx->threads(); }
+
+std::unique_ptr<LinearPlan> CpuDevice::planLinear(const LinearShape &shape)
+{
+    return std::make_unique<CpuLinearPlan>(*this, *m_ctx, shape);
+}
+
+void CpuDevice::bindThread() { m_ctx->bindThread(); }
+
+void CpuDevice::reluBackwardFromOutput(const float *a, float *dA, std::size_t n)
+{
+    forRange(n, [=](std::size_t b, std::size_t e) {
+        for (std::size_t i = b; i < e; ++i)
+            dA[i] = a[i] > 0.0f ? dA[i] : 0.0f;
+    });
+}
 
 void *CpuDevice::allocateBytes(std::size_t count)
 {
@@ -96,8 +126,8 @@ void CpuDevice::fill(float *dst, float value, std::size_t count) { std::fill_n(d
 void CpuDevice::gemm(bool transA, bool transB, int m, int n, int k, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    m_ctx->bindThread();
+    onednn::sgemm(transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void CpuDevice::addBias(float *Y, const float *bias, int rows, int cols)
