@@ -147,9 +147,10 @@ public:
 class LinearPlan {
 public:
     virtual ~LinearPlan() = default;
-    // z = x W^T + b, a = f(z). A plan that fuses f into the product may leave z unwritten
-    // (backward() then reads a): callers hand the same z and a to backward(). a == z is
-    // allowed, for evaluation; backward() is not called after that.
+    // z = x W^T + b and, unless the activation is Identity, a = f(z) (Identity writes z only).
+    // A plan that fuses f into the product may leave z unwritten (backward() then reads a):
+    // callers hand the same z and a to backward(). a == z is allowed, for evaluation;
+    // backward() is not called after that.
     virtual void forward(const float *x, const float *W, const float *b, float *z, float *a) = 0;
     // dA becomes dZ in place; dW = dZ^T x, db = the column sums of dZ, and dIn = dZ W unless
     // dIn is null (the first layer).
@@ -170,8 +171,6 @@ public:
         m_device->addBias(z, b, m_s.rows, m_s.out);
         if (m_s.activation != Activation::Identity)
             m_device->activationForward(m_s.activation, z, a, std::size_t(m_s.rows) * m_s.out);
-        else if (a != z)
-            m_device->copy(a, z, std::size_t(m_s.rows) * m_s.out);
     }
     void backward(const float *x, const float *W, const float *z, const float *a, float *dA,
                   float *dW, float *db, float *dIn) override

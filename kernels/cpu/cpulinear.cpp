@@ -50,12 +50,13 @@ CpuLinearPlan::CpuLinearPlan(CpuDevice &device, onednn::Context &ctx, const Line
 void CpuLinearPlan::forward(const float *x, const float *W, const float *b, float *z, float *a)
 {
     const std::size_t n = std::size_t(m_s.rows) * m_s.out;
-    if (m_fused || m_s.activation == Activation::Identity) {
+    if (m_fused) {
         m_forward.run(x, W, b, a);
         return;
     }
     m_forward.run(x, W, b, z);
-    m_device->activationForward(m_s.activation, z, a, n);
+    if (m_s.activation != Activation::Identity)
+        m_device->activationForward(m_s.activation, z, a, n);
 }
 
 void CpuLinearPlan::backward(const float *x, const float *W, const float *z, const float *a,
