@@ -1,11 +1,13 @@
 // The CPU backend: a model's layers on oneDNN matmul primitives prepared when the model is
 // built (cpulinear.h), each device with its own OpenMP thread count (a worker is a thread of
 // its own already: threads_per_worker splits the free cores between them), elementwise work in
-// plain loops the compiler vectorises, split across oneTBB's threads once an array is large
-// enough to pay for it.
+// plain loops the compiler vectorises, split across a oneTBB arena of the same number of
+// threads once an array is large enough to pay for it.
 #pragma once
 
 #include "device.h"
+
+#include <tbb/task_arena.h>
 
 #include <memory>
 
@@ -14,6 +16,7 @@ namespace syncopate {
 namespace onednn {
 class Context;
 }
+
 
 class CpuDevice final : public Device {
 public:
@@ -63,6 +66,7 @@ public:
 
 private:
     std::unique_ptr<onednn::Context> m_ctx;
+    std::unique_ptr<tbb::task_arena> m_arena; // elementwise work; null: one thread
 };
 
 // The instruction set oneDNN uses on this CPU (dnnl_get_effective_cpu_isa), e.g. "avx512_core".
