@@ -264,10 +264,10 @@ void clockCost()
         sink = sink + std::int64_t(readTsc());
     const double tsc = seconds(a, Clock::now()) / n;
     std::printf("clock: one read\n");
-    std::printf("  steady_clock::now()                %6.1f ns\n", steady * 1e9);
-    std::printf("  run clock (%s) %6.1f ns\n",
-                tscNanosecondsPerTick() > 0 ? "TSC, calibrated      " : "steady clock fallback", run * 1e9);
-    std::printf("  rdtsc alone                        %6.1f ns\n", tsc * 1e9);
+    std::printf("  steady_clock::now()                 %6.1f ns\n", steady * 1e9);
+    std::printf("  run clock (%-21s) %6.1f ns\n",
+                tscNanosecondsPerTick() > 0 ? "TSC, calibrated" : "steady clock fallback", run * 1e9);
+    std::printf("  rdtsc alone                         %6.1f ns\n", tsc * 1e9);
     std::printf("clock_steady_ns=%.1f clock_run_ns=%.1f\n\n", steady * 1e9, run * 1e9);
 }
 
