@@ -1,5 +1,6 @@
 // syncopate-cli: runs experiments headless, lists presets, validates configs.
 #include "config.h"
+#include "cpu/cpudevice.h"
 #include "exporter.h"
 #include "gpubackend.h"
 #include "rundata.h"
@@ -80,6 +81,18 @@ void drawProgress(std::int64_t done, std::int64_t total, double elapsedS)
     std::fflush(stderr);
 }
 
+// Which kernels the CPU ran: oneDNN's instruction set (and the threads of each CPU worker).
+void printCpu(const nlohmann::json &s)
+{
+    if (!s.contains("cpu_isa"))
+        return;
+    std::printf("cpu isa   %s", s["cpu_isa"].get<std::string>().c_str());
+    if (s.contains("threads_per_worker"))
+        std::printf(", %lld OpenMP thread(s) per worker",
+                    (long long)s["threads_per_worker"].get<std::int64_t>());
+    std::printf("\n");
+}
+
 void printSummary(const RunConfig &config, const nlohmann::json &s, const std::string &dir)
 {
     auto num = [&](const char *key) {
@@ -135,6 +148,7 @@ void printSummary(const RunConfig &config, const nlohmann::json &s, const std::s
             std::printf(" %s", d.get<std::string>().c_str());
         std::printf("\n");
     }
+    printCpu(s);
     if (s.contains("error"))
         std::printf("error     %s\n", s["error"].get<std::string>().c_str());
 }
@@ -321,6 +335,7 @@ int commandInfo(const std::vector<std::string> &args)
     if (run.tornBytes)
         std::printf("torn      %llu bytes at the ends of row files dropped (a record cut by the kill)\n",
                     (unsigned long long)run.tornBytes);
+    printCpu(s);
     if (s.contains("error"))
         std::printf("error     %s\n", s["error"].get<std::string>().c_str());
     for (const auto &p : run.summaryProblems)
@@ -364,8 +379,9 @@ int commandValidate(const std::vector<std::string> &args)
 
 int commandDevices()
 {
-    std::printf("cpu       %u hardware threads (OpenBLAS GEMMs, oneTBB)\n",
-                std::thread::hardware_concurrency());
+    std::printf("cpu       %u hardware threads; matmuls on %s, kernels for %s (cpu_isa); "
+                "elementwise on oneTBB\n",
+                std::thread::hardware_concurrency(), cpuLibrary().c_str(), cpuIsa().c_str());
     std::string why;
     GpuBackend *backend = gpuBackend(&why);
     if (!backend) {

@@ -301,11 +301,15 @@ const std::vector<ConfigKey> &configKeys()
         {"workers", KeyType::Int, "4", 1, 256, {},
          "Number of workers, each a thread with its own model replica."},
         {"device", KeyType::String, "\"cpu\"", -kInf, kInf, {},
-         "Where workers compute: cpu (OpenBLAS and oneTBB), cuda (every GPU, workers spread "
+         "Where workers compute: cpu (oneDNN and oneTBB), cuda (every GPU, workers spread "
          "round-robin, several per GPU allowed) or cuda:0,2 (the GPUs listed)."},
         {"device.tf32", KeyType::Bool, "false", -kInf, kInf, {},
          "On a GPU, run GEMMs on TF32 tensor cores: several times faster on Ampere and newer, "
          "with inputs rounded to a 10-bit mantissa (losses agree with FP32 to about 1e-3)."},
+        {"device.threads_per_worker", KeyType::Int, "0", 0, 1024, {},
+         "On the CPU, the OpenMP threads each worker's matmuls run on; 0 = the cores this "
+         "process may use divided by the workers, at least 1 (more than that oversubscribes "
+         "the machine)."},
         {"model.layers", KeyType::IntArray, "null", 1, 65536, {},
          "Layer widths of the MLP, input first, output last. Left out: a size that suits the "
          "data source (for idx files: their pixels per image, 256, their number of classes)."},
@@ -508,6 +512,7 @@ RunConfig parseConfig(const nlohmann::json &input)
     c.workers = v["workers"];
     c.device = v["device"];
     c.tf32 = v["device.tf32"];
+    c.threadsPerWorker = v["device.threads_per_worker"];
     c.activation = v["model.activation"];
     c.checkpoint = v["model.checkpoint"].get<bool>() || c.mode == "checkpointed";
     c.checkpointEvery = v["model.checkpoint_every"];
@@ -625,6 +630,7 @@ nlohmann::json RunConfig::toJson() const
     j["workers"] = workers;
     j["device"] = device;
     j["device.tf32"] = tf32; // "device" holds the spec string, so this key stays dotted
+    j["device.threads_per_worker"] = threadsPerWorker;
     j["model"] = {{"layers", layers},
                   {"activation", activation},
                   {"checkpoint", checkpoint},

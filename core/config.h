@@ -44,6 +44,7 @@ struct RunConfig {
     int workers = 4;
     std::string device = "cpu"; // "cpu", "cuda" or "cuda:0,2"
     bool tf32 = false;
+    int threadsPerWorker = 0; // CPU: OpenMP threads per worker; 0 = free cores / workers
 
     std::vector<int> layers; // widths, input first
     // model.layers left out for IDX files: layers holds a placeholder until fitModelToData()

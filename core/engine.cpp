@@ -7,6 +7,8 @@
 #include "optimizer.h"
 #include "random.h"
 
+#include "cpu/cpudevice.h"
+
 #include <tbb/task_group.h>
 
 #include <pthread.h>
@@ -116,7 +118,7 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
     m_initialParams = Model::initialParams(spec, m_config.seed);
     const auto kind = Optimizer::parseKind(m_config.optimizer);
     const std::size_t n = spec.paramCount();
-    const DeviceOptions options{m_config.tf32};
+    const DeviceOptions options{m_config.tf32, threadsPerWorker()};
     // A device that cannot be had is a problem of the "device" key; running out of memory
     // later is not.
     auto deviceFor = [&](int worker) {
@@ -281,6 +283,12 @@ std::string Engine::reduceAlgorithm() const
     return m_exchange ? m_exchange->algorithm() : std::string();
 }
 
+int Engine::threadsPerWorker() const
+{
+    return m_config.threadsPerWorker > 0 ? m_config.threadsPerWorker
+                                         : defaultThreadsPerWorker(m_config.workers);
+}
+
 std::vector<std::string> Engine::deviceNames() const
 {
     std::vector<std::string> names;
@@ -382,6 +390,10 @@ RunOutcome Engine::outcome() const
     o.eval = evalHistory();
     o.reduceAlgorithm = reduceAlgorithm();
     o.devices = deviceNames();
+    if (!parseDeviceSpec(m_config.device).cuda) {
+        o.cpuIsa = cpuIsa();
+        o.threadsPerWorker = threadsPerWorker();
+    }
     return o;
 }
 
@@ -486,6 +498,9 @@ void Engine::runWorker(WorkerState &w)
     const std::string name = "syncopate-w" + std::to_string(w.index);
     pthread_setname_np(pthread_self(), name.c_str());
     try {
+        // Per-thread library state (OpenMP's thread count) before the first step, so that
+        // setting it up is not timed as a step and allocates nothing inside one.
+        w.device->bindThread();
         if (DeviceTimer *timer = w.device->timer()) {
             timer->calibrate([this] { return m_clock.now(); });
             w.rec.attachTimer(timer);

@@ -107,6 +107,8 @@ public:
     std::string reduceAlgorithm() const;
     // The device of each worker, e.g. "cpu" or "cuda:0 (NVIDIA H100)".
     std::vector<std::string> deviceNames() const;
+    // OpenMP threads of each CPU worker: device.threads_per_worker, or its default resolved.
+    int threadsPerWorker() const;
 
     // Live controls.
     void setSlowdown(int worker, double factor);

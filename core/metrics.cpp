@@ -398,6 +398,10 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
     }
     if (!outcome.devices.empty())
         j["devices"] = outcome.devices;
+    if (!outcome.cpuIsa.empty())
+        j["cpu_isa"] = outcome.cpuIsa;
+    if (outcome.threadsPerWorker > 0)
+        j["threads_per_worker"] = outcome.threadsPerWorker;
     if (!config.async() && m_sawReduce) {
         // As nccl-tests report an all-reduce of S bytes per rank taking t: algbw = S / t,
         // busbw = algbw * 2(n-1)/n, with t the slowest worker's reduce time of each step.

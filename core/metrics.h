@@ -43,6 +43,8 @@ struct RunOutcome {
     std::vector<EvalPoint> eval;
     std::string reduceAlgorithm;      // sync: how gradients were averaged
     std::vector<std::string> devices; // per worker
+    std::string cpuIsa;               // the instruction set oneDNN's CPU kernels use
+    int threadsPerWorker = 0;         // CPU workers: OpenMP threads each (0: not a CPU run)
 };
 
 // Builds rows and the summary from records as they stream in, holding only what is still

@@ -85,6 +85,10 @@ Model::Model(Device &device, ModelSpec spec, int batch)
     }
     m_gradA = DeviceBuffer(device, std::size_t(batch) * maxWidth);
     m_gradB = DeviceBuffer(device, std::size_t(batch) * maxWidth);
+    for (int l = 0; l < L; ++l)
+        m_plans.push_back(device.planLinear(
+            {batch, m_spec.layers[l], m_spec.layers[l + 1],
+             l < L - 1 ? m_spec.activation : Activation::Identity}));
 }
 
 std::vector<float> Model::initialParams(const ModelSpec &spec, std::uint64_t seed)
@@ -175,30 +179,17 @@ void Model::hold(std::int64_t bytes)
 
 void Model::release(std::int64_t bytes) { m_held -= bytes; }
 
-void Model::forwardLayer(int l, const float *in, float *z, float *a, int rows)
+void Model::forwardLayer(int l, const float *in, float *z, float *a)
 {
-    const int inW = m_spec.layers[l], outW = m_spec.layers[l + 1];
-    m_device->gemm(false, true, rows, outW, inW, 1.0f, in, inW, weight(l), inW, 0.0f, z, outW);
-    m_device->addBias(z, bias(l), rows, outW);
-    if (l < m_spec.linearLayers() - 1)
-        m_device->activationForward(m_spec.activation, z, a, std::size_t(rows) * outW);
+    m_plans[std::size_t(l)]->forward(in, weight(l), bias(l), z, a);
 }
 
 void Model::backwardLayer(int l, const float *in, const float *z, const float *a, float *dOut,
                           float *dIn)
 {
-    const int inW = m_spec.layers[l], outW = m_spec.layers[l + 1];
-    const int rows = m_batch;
-    if (l < m_spec.linearLayers() - 1) // dOut becomes dZ in place
-        m_device->activationBackward(m_spec.activation, z, a, dOut, dOut,
-                                     std::size_t(rows) * outW);
     float *dW = m_grads.data() + m_spec.weightOffset(l);
     float *dB = m_grads.data() + m_spec.biasOffset(l);
-    m_device->gemm(true, false, outW, inW, rows, 1.0f, dOut, outW, in, inW, 0.0f, dW, inW);
-    m_device->biasGrad(dOut, dB, rows, outW);
-    if (dIn)
-        m_device->gemm(false, false, rows, inW, outW, 1.0f, dOut, outW, weight(l), inW, 0.0f, dIn,
-                       inW);
+    m_plans[std::size_t(l)]->backward(in, weight(l), z, a, dOut, dW, dB, dIn);
 }
 
 double Model::forwardLoss(const float *x, const std::int32_t *labels, const float *targets,
@@ -218,7 +209,7 @@ double Model::forwardLoss(const float *x, const std::int32_t *labels, const floa
             // boundary; the segment's scratch is then free.
             float *boundary = m_boundaries[std::size_t(l / m_spec.checkpointEvery + 1)];
             hold(slotBytes(l)); // z in scratch, a in the boundary
-            forwardLayer(l, inputOf(l), s.z, boundary, m_batch);
+            forwardLayer(l, inputOf(l), s.z, boundary);
             const int s0 = segmentBegin(l / m_spec.checkpointEvery);
             for (int j = s0; j < l; ++j)
                 release(slotBytes(j));
@@ -226,7 +217,7 @@ double Model::forwardLoss(const float *x, const std::int32_t *labels, const floa
             continue;
         }
         hold(slotBytes(l));
-        forwardLayer(l, inputOf(l), s.z, s.a, m_batch);
+        forwardLayer(l, inputOf(l), s.z, s.a);
     }
     const Slot out = slotFor(L - 1);
     const int outW = m_spec.outputWidth();
@@ -262,7 +253,7 @@ void Model::backward(Recorder *recorder, std::uint32_t step)
             for (int l = first; l <= last; ++l) {
                 const Slot slot = slotFor(l);
                 hold(slotBytes(l));
-                forwardLayer(l, inputOf(l), slot.z, slot.a, m_batch);
+                forwardLayer(l, inputOf(l), slot.z, slot.a);
             }
         }
         {
@@ -281,8 +272,9 @@ void Model::reserveEvaluation()
     const int maxWidth = *std::max_element(m_spec.layers.begin(), m_spec.layers.end());
     m_evalA = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
     m_evalB = DeviceBuffer(*m_device, std::size_t(m_batch) * maxWidth);
+    // The plans are for batch() rows: a shorter last chunk is padded (with zeros) to a full one.
+    m_evalX = DeviceBuffer(*m_device, std::size_t(m_batch) * m_spec.layers[0]);
     if (!m_device->hostAccessible()) { // the data stays on the host; chunks are copied in
-        m_evalX = DeviceBuffer(*m_device, std::size_t(m_batch) * m_spec.layers[0]);
         m_evalT = DeviceBuffer(*m_device, m_spec.classification
                                               ? std::size_t(m_batch)
                                               : std::size_t(m_batch) * m_spec.outputWidth());
@@ -305,9 +297,18 @@ EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const flo
         const float *in = x + begin * m_spec.layers[0];
         const std::int32_t *chunkLabels = m_spec.classification ? labels + begin : nullptr;
         const float *chunkTargets = m_spec.classification ? nullptr : targets + begin * outW;
-        if (staged) {
-            m_device->upload(m_evalX.data(), in, std::size_t(n) * m_spec.layers[0]);
+        if (staged || n < m_batch) {
+            const std::size_t width = std::size_t(m_spec.layers[0]);
+            if (n < m_batch)
+                m_device->fill(m_evalX.data() + std::size_t(n) * width, 0.0f,
+                               std::size_t(m_batch - n) * width);
+            if (staged)
+                m_device->upload(m_evalX.data(), in, std::size_t(n) * width);
+            else
+                m_device->copy(m_evalX.data(), in, std::size_t(n) * width);
             in = m_evalX.data();
+        }
+        if (staged) {
             if (m_spec.classification) {
                 m_device->uploadBytes(m_evalT.data(), chunkLabels, std::size_t(n) * sizeof(std::int32_t));
                 chunkLabels = reinterpret_cast<const std::int32_t *>(m_evalT.data());
@@ -320,7 +321,7 @@ EvalResult Model::evaluate(const float *x, const std::int32_t *labels, const flo
         int cur = 0;
         for (int l = 0; l < L; ++l) {
             float *z = bufs[cur];
-            forwardLayer(l, in, z, z, n); // activation in place
+            forwardLayer(l, in, z, z); // activation in place
             in = z;
             cur ^= 1;
         }

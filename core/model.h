@@ -8,6 +8,7 @@
 #include "trace.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace syncopate {
@@ -87,7 +88,7 @@ private:
     std::int64_t slotBytes(int layer) const;
     const float *weight(int l) const { return m_params.data() + m_spec.weightOffset(l); }
     const float *bias(int l) const { return m_params.data() + m_spec.biasOffset(l); }
-    void forwardLayer(int l, const float *in, float *z, float *a, int rows);
+    void forwardLayer(int l, const float *in, float *z, float *a);
     void backwardLayer(int l, const float *in, const float *z, const float *a, float *dOut,
                        float *dIn);
     Slot slotFor(int l) const;
@@ -102,6 +103,8 @@ private:
     bool m_checkpoint;
     DeviceBuffer m_params;
     DeviceBuffer m_grads;
+    // One per layer, for batch() rows: the device prepares its kernels once, here.
+    std::vector<std::unique_ptr<LinearPlan>> m_plans;
     // Plain: one slot per layer. Checkpointed: boundary inputs per segment plus one segment's
     // worth of scratch slots, reused by every segment.
     std::vector<DeviceBuffer> m_storage;
@@ -110,6 +113,7 @@ private:
     DeviceBuffer m_gradA, m_gradB;       // activation gradients, ping-pong
     DeviceBuffer m_evalA, m_evalB;       // evaluation scratch, see reserveEvaluation()
     DeviceBuffer m_evalX, m_evalT;       // a chunk of host data on the device (labels or targets)
+                                         // or, on the host, a last chunk padded to batch() rows
     const float *m_input = nullptr;
     const std::int32_t *m_labels = nullptr;
     const float *m_targets = nullptr;

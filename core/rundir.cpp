@@ -89,6 +89,7 @@ void checkSummary(nlohmann::json &summary, const std::string &path, std::vector<
         {"staleness_mean", Want::Number},  {"staleness_max", Want::Integer},
         {"staleness_histogram", Want::Numbers}, {"staleness_overflow", Want::Number},
         {"devices", Want::Strings},        {"reduce", Want::Object},
+        {"cpu_isa", Want::String},         {"threads_per_worker", Want::Integer},
         {"final_eval_loss", Want::Number}, {"final_eval_accuracy", Want::Number},
     };
     auto drop = [&](nlohmann::json &obj, const std::string &name, const char *key, Want want) {

@@ -60,7 +60,7 @@ std::unique_ptr<Device> createDevice(const std::string &text, int workerIndex,
         throw DeviceError("device = \"" + text + "\": " + e.what());
     }
     if (!spec.cuda)
-        return std::make_unique<CpuDevice>();
+        return std::make_unique<CpuDevice>(options.cpuThreads);
     std::string why;
     GpuBackend *backend = gpuBackend(&why);
     if (!backend)

@@ -1,5 +1,5 @@
 // The math a training step needs, behind one interface so that a worker's model does not know
-// whether it runs on OpenBLAS threads or on a GPU stream. Matrices are row-major float32.
+// whether it runs on oneDNN's CPU kernels or on a GPU stream. Matrices are row-major float32.
 // Pointers passed to a Device belong to that device (allocate() gives them out).
 #pragma once
 
@@ -24,6 +24,14 @@ public:
 };
 
 class DeviceTimer;
+class LinearPlan;
+
+// One linear layer as a model uses it: rows inputs of width in, out outputs, then activation
+// (Identity for an output layer). The weight is [out, in] row-major (nn.Linear), the bias [out].
+struct LinearShape {
+    int rows = 0, in = 0, out = 0;
+    Activation activation = Activation::Identity;
+};
 
 class Device {
 public:
@@ -98,6 +106,15 @@ public:
     // False when any element is NaN or infinite.
     virtual bool allFinite(const float *x, std::size_t n) = 0;
 
+    // The products of one linear layer, prepared when the model is built so that the device
+    // can choose kernels, layouts and scratch memory then rather than on a worker's hot path.
+    // The default composes gemm, addBias and the activation calls above (GenericLinearPlan).
+    virtual std::unique_ptr<LinearPlan> planLinear(const LinearShape &shape);
+
+    // Called on the thread that will drive this device, before its first step: per-thread
+    // library state (the CPU's OpenMP thread count) is set here, outside the timed steps.
+    virtual void bindThread() {}
+
     // Waits for queued work (a no-op on the CPU).
     virtual void synchronize() {}
 
@@ -126,8 +143,64 @@ public:
     virtual std::size_t poll(TimedSpan *out, std::size_t max) = 0;
 };
 
+// A linear layer's forward and backward products for a fixed shape.
+class LinearPlan {
+public:
+    virtual ~LinearPlan() = default;
+    // z = x W^T + b and, unless the activation is Identity, a = f(z) (Identity writes z only).
+    // A plan that fuses f into the product may leave z unwritten (backward() then reads a):
+    // callers hand the same z and a to backward(). a == z is allowed, for evaluation;
+    // backward() is not called after that.
+    virtual void forward(const float *x, const float *W, const float *b, float *z, float *a) = 0;
+    // dA becomes dZ in place; dW = dZ^T x, db = the column sums of dZ, and dIn = dZ W unless
+    // dIn is null (the first layer).
+    virtual void backward(const float *x, const float *W, const float *z, const float *a,
+                          float *dA, float *dW, float *db, float *dIn) = 0;
+};
+
+// The plan any device can run: its own gemm, bias and activation calls. Inline, so that the
+// CUDA plugin, built apart, has it too.
+class GenericLinearPlan final : public LinearPlan {
+public:
+    GenericLinearPlan(Device &device, const LinearShape &shape) : m_device(&device), m_s(shape) {}
+
+    void forward(const float *x, const float *W, const float *b, float *z, float *a) override
+    {
+        m_device->gemm(false, true, m_s.rows, m_s.out, m_s.in, 1.0f, x, m_s.in, W, m_s.in, 0.0f,
+                       z, m_s.out);
+        m_device->addBias(z, b, m_s.rows, m_s.out);
+        if (m_s.activation != Activation::Identity)
+            m_device->activationForward(m_s.activation, z, a, std::size_t(m_s.rows) * m_s.out);
+    }
+    void backward(const float *x, const float *W, const float *z, const float *a, float *dA,
+                  float *dW, float *db, float *dIn) override
+    {
+        if (m_s.activation != Activation::Identity)
+            m_device->activationBackward(m_s.activation, z, a, dA, dA,
+                                         std::size_t(m_s.rows) * m_s.out);
+        m_device->gemm(true, false, m_s.out, m_s.in, m_s.rows, 1.0f, dA, m_s.out, x, m_s.in,
+                       0.0f, dW, m_s.in);
+        m_device->biasGrad(dA, db, m_s.rows, m_s.out);
+        if (dIn)
+            m_device->gemm(false, false, m_s.rows, m_s.in, m_s.out, 1.0f, dA, m_s.out, W, m_s.in,
+                           0.0f, dIn, m_s.in);
+    }
+
+private:
+    Device *m_device;
+    LinearShape m_s;
+};
+
+inline std::unique_ptr<LinearPlan> Device::planLinear(const LinearShape &shape)
+{
+    return std::make_unique<GenericLinearPlan>(*this, shape);
+}
+
 struct DeviceOptions {
     bool tf32 = false; // TF32 tensor-core GEMMs (10-bit mantissa inputs, FP32 accumulate)
+    // OpenMP threads of a CPU device's library calls, set on the thread that drives it
+    // (device.threads_per_worker resolved); at least 1.
+    int cpuThreads = 1;
 };
 
 // What device = "..." asks for: "cpu", "cuda" (every visible GPU) or "cuda:0,2".

@@ -14,7 +14,8 @@
 
 namespace syncopate {
 
-constexpr int kGpuBackendAbi = 1;
+// 2: Device::planLinear and bindThread, DeviceOptions::cpuThreads.
+constexpr int kGpuBackendAbi = 2;
 
 struct GpuInfo {
     int index = 0;

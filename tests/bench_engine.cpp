@@ -1,6 +1,8 @@
-// Benchmarks (not part of ctest): what a training step costs next to its GEMMs, what recording
-// a span costs, and what each mode costs with and without a straggler. Figures are ratios
-// measured in one run, since the machine may be shared.
+// Benchmarks (not part of ctest): the core's FMA peak, the GEMM rate of each layer shape, what a
+// training step costs next to its GEMMs, how sync scales over cores, what a clock read and
+// recording a span cost, and what each mode costs with and without a straggler. One line per
+// figure as key=value; ratios are measured in one run, since the machine may be shared.
+// Usage: bench_engine [peak|gemm|step|scaling|clock|span|tracing|modes] (none: all).
 #include "cpu/cpudevice.h"
 #include "engine.h"
 #include "metrics.h"
@@ -14,7 +16,8 @@
 #include <unistd.h>
 #include <filesystem>
 
-#include <cblas.h>
+#include "benchkernels.h"
+#include "cpu/onednn.h"
 
 #include <algorithm>
 #include <chrono>
@@ -23,92 +26,249 @@
 #include <thread>
 
 using namespace syncopate;
-using Clock = std::chrono::steady_clock;
+using namespace syncopate::bench;
 
 namespace {
 
-double seconds(Clock::time_point a, Clock::time_point b)
-{
-    return std::chrono::duration<double>(b - a).count();
-}
+// Layer shapes of the two models the figures are for.
+struct Net {
+    std::vector<int> layers;
+    int batch;
+    const char *name;
+};
+const Net kNets[] = {{{784, 256, 256, 10}, 64, "784-256-256-10, batch 64"},
+                     {{784, 1024, 1024, 10}, 128, "784-1024-1024-10, batch 128"}};
 
-template <typename F>
-double medianSeconds(int reps, F &&f)
+double g_peak = 0; // GFLOP/s, once measured
+
+double peak()
 {
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-        const auto a = Clock::now();
-        f();
-        t.push_back(seconds(a, Clock::now()));
+    if (g_peak == 0) {
+        const Peak p = fmaPeak();
+        g_peak = p.gflops;
+        std::printf("peak: one thread, register-resident FMA chains of %s vectors\n", p.vectors.c_str());
+        std::printf("peak_gflops=%.1f\n\n", p.gflops);
     }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return g_peak;
 }
 
+std::vector<float> randomFloats(std::size_t n, std::uint64_t seed, double scale = 1.0)
+{
+    Rng rng(seed);
+    std::vector<float> v(n);
+    for (auto &x : v)
+        x = float(rng.uniform(-scale, scale));
+    return v;
+}
+
+// The three products of every layer of a net as one device's matmul primitives would run
+// them, without bias, activation or anything else: what a step costs in GEMMs alone.
+class NetGemms {
+public:
+    NetGemms(onednn::Context &ctx, const Net &net) : m_net(net)
+    {
+        const int L = int(net.layers.size()) - 1;
+        std::size_t maxWidth = 0, params = 0;
+        for (int l = 0; l < L; ++l) {
+            const int in = net.layers[l], out = net.layers[l + 1], rows = net.batch;
+            m_forward.push_back(std::make_unique<onednn::Matmul>(
+                ctx, onednn::MatmulShape{rows, out, in, false, true}));
+            m_weightGrad.push_back(std::make_unique<onednn::Matmul>(
+                ctx, onednn::MatmulShape{out, in, rows, true, false}));
+            m_inputGrad.push_back(std::make_unique<onednn::Matmul>(
+                ctx, onednn::MatmulShape{rows, in, out, false, false}));
+            maxWidth = std::max<std::size_t>(maxWidth, std::size_t(std::max(in, out)));
+            params += std::size_t(in) * out;
+        }
+        m_w = randomFloats(params, 1, 0.05);
+        m_dw.assign(params, 0.0f);
+        m_a = randomFloats(std::size_t(net.batch) * maxWidth, 2);
+        m_z.assign(m_a.size(), 0.0f);
+        m_g = randomFloats(m_a.size(), 3);
+    }
+    void run()
+    {
+        const int L = int(m_forward.size());
+        std::size_t off = 0;
+        std::vector<std::size_t> offsets;
+        for (int l = 0; l < L; ++l) {
+            offsets.push_back(off);
+            off += std::size_t(m_net.layers[l]) * m_net.layers[l + 1];
+        }
+        for (int l = 0; l < L; ++l)
+            m_forward[l]->run(m_a.data(), m_w.data() + offsets[l], nullptr, m_z.data());
+        for (int l = L - 1; l >= 0; --l) {
+            m_weightGrad[l]->run(m_g.data(), m_a.data(), nullptr, m_dw.data() + offsets[l]);
+            if (l > 0)
+                m_inputGrad[l]->run(m_g.data(), m_w.data() + offsets[l], nullptr, m_z.data());
+        }
+    }
+    double flops() const
+    {
+        double f = 0;
+        for (std::size_t l = 0; l + 1 < m_net.layers.size(); ++l)
+            f += 2.0 * m_net.batch * m_net.layers[l] * m_net.layers[l + 1] * (l > 0 ? 3 : 2);
+        return f;
+    }
+    const std::vector<std::unique_ptr<onednn::Matmul>> &forward() const { return m_forward; }
+    const std::vector<std::unique_ptr<onednn::Matmul>> &weightGrad() const { return m_weightGrad; }
+    const std::vector<std::unique_ptr<onednn::Matmul>> &inputGrad() const { return m_inputGrad; }
+
+private:
+    Net m_net;
+    std::vector<std::unique_ptr<onednn::Matmul>> m_forward, m_weightGrad, m_inputGrad;
+    std::vector<float> m_w, m_dw, m_a, m_z, m_g;
+};
+
+// Each layer shape's products, one thread: MxKxN is op(A) [M,K] times op(B) [K,N].
+void gemmRates()
+{
+    const double pk = peak();
+    onednn::Context ctx(1);
+    ctx.bindThread();
+    std::printf("gemm: oneDNN matmul primitives, one thread, %s kernels\n", cpuIsa().c_str());
+    for (const Net &net : kNets) {
+        NetGemms g(ctx, net);
+        std::printf("  %s\n", net.name);
+        auto one = [&](const char *what, onednn::Matmul &m) {
+            const auto &s = m.shape();
+            const std::size_t aN = std::size_t(s.m) * s.k, bN = std::size_t(s.k) * s.n;
+            std::vector<float> A = randomFloats(aN, 4), B = randomFloats(bN, 5, 0.05),
+                               C(std::size_t(s.m) * s.n);
+            const double flops = 2.0 * s.m * s.n * s.k;
+            // Enough repetitions for ~20 ms per sample at 70% of peak.
+            const int reps = std::max(3, int(0.02 * 0.7 * pk * 1e9 / flops));
+            auto body = [&] {
+                for (int r = 0; r < reps; ++r)
+                    m.run(A.data(), B.data(), nullptr, C.data());
+            };
+            body();
+            std::vector<double> t;
+            for (int i = 0; i < 7; ++i)
+                t.push_back(medianSeconds(1, body) / reps);
+            const double gf = flops / median(t) / 1e9;
+            std::printf("  %-9s gemm_shape=%dx%dx%d gemm_gflops=%.1f (%.0f%% of peak) %s\n", what,
+                        s.m, s.k, s.n, gf, 100 * gf / pk, m.implementation().c_str());
+        };
+        for (std::size_t l = 0; l < g.forward().size(); ++l) {
+            one("forward", *g.forward()[l]);
+            one("dW", *g.weightGrad()[l]);
+            if (l > 0)
+                one("dIn", *g.inputGrad()[l]);
+        }
+    }
+    std::printf("\n");
+}
+
+// A training step (forward with fused bias and activation, loss, backward, SGD update) next to
+// its GEMMs alone, interleaved so both see the same machine load.
 void stepVersusGemms()
 {
-    const std::vector<int> layers = {784, 1024, 1024, 10};
-    const int batch = 128;
-    CpuDevice dev;
-    ModelSpec spec{layers, Activation::Relu, true, 0};
-    Model model(dev, spec, batch);
-    model.setParams(Model::initialParams(spec, 1));
-    Optimizer opt(dev, Optimizer::Kind::Sgd, spec.paramCount(), 0.01f);
-    Rng rng(1);
-    std::vector<float> x(std::size_t(batch) * 784);
-    for (auto &v : x)
-        v = float(rng.uniform());
-    std::vector<std::int32_t> labels(batch);
-    for (auto &l : labels)
-        l = int(rng.below(10));
+    for (const Net &net : kNets) {
+        CpuDevice dev(1);
+        dev.bindThread();
+        ModelSpec spec{net.layers, Activation::Relu, true, 0};
+        Model model(dev, spec, net.batch);
+        model.setParams(Model::initialParams(spec, 1));
+        Optimizer opt(dev, Optimizer::Kind::Sgd, spec.paramCount(), 0.01f);
+        Rng rng(1);
+        std::vector<float> x(std::size_t(net.batch) * net.layers[0]);
+        for (auto &v : x)
+            v = float(rng.uniform());
+        std::vector<std::int32_t> labels(std::size_t(net.batch));
+        for (auto &l : labels)
+            l = int(rng.below(std::uint64_t(net.layers.back())));
+        auto step = [&] {
+            model.forwardLoss(x.data(), labels.data(), nullptr, nullptr, 0);
+            model.backward(nullptr, 0);
+            opt.step(model.params(), model.grads());
+        };
+        onednn::Context ctx(1);
+        NetGemms gemms(ctx, net);
+        auto g = [&] { gemms.run(); };
+        const int inner = net.batch == 64 ? 20 : 5;
+        auto steps = [&] {
+            for (int i = 0; i < inner; ++i)
+                step();
+        };
+        auto gemmsOnly = [&] {
+            for (int i = 0; i < inner; ++i)
+                g();
+        };
+        for (int i = 0; i < 3; ++i) {
+            steps();
+            gemmsOnly();
+        }
+        std::vector<double> ts, tg;
+        for (int r = 0; r < 15; ++r) {
+            ts.push_back(medianSeconds(3, steps) / inner);
+            tg.push_back(medianSeconds(3, gemmsOnly) / inner);
+        }
+        const double s = median(ts), gm = median(tg);
+        std::printf("step %s, one worker, one thread (oneDNN, %s)\n", net.name, cpuIsa().c_str());
+        std::printf("  GEMMs alone %.1f GFLOP/s (%.0f%% of the %.1f GFLOP/s peak)\n",
+                    gemms.flops() / gm / 1e9, 100 * gemms.flops() / gm / 1e9 / peak(), peak());
+        std::printf("  ratio step / GEMMs %.3f (goal <= 1.10)\n", s / gm);
+        std::printf("step_ms=%.4f gemms_ms=%.4f\n\n", s * 1e3, gm * 1e3);
+    }
+}
 
-    auto step = [&] {
-        model.forwardLoss(x.data(), labels.data(), nullptr, nullptr, 0);
-        model.backward(nullptr, 0);
-        opt.step(model.params(), model.grads());
-    };
-    // The same GEMMs alone: forward, weight gradient, and input gradient (not for layer 0).
-    std::vector<std::vector<float>> bufs;
-    const int L = int(layers.size()) - 1;
-    std::vector<float> w(spec.paramCount(), 0.01f), a(std::size_t(batch) * 1024, 0.5f),
-        z(std::size_t(batch) * 1024), g(std::size_t(batch) * 1024, 0.1f), dw(spec.paramCount());
-    auto gemms = [&] {
-        const float *in = x.data();
-        for (int l = 0; l < L; ++l) {
-            const int i = layers[l], o = layers[l + 1];
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, o, i, 1, in, i,
-                        w.data() + spec.weightOffset(l), i, 0, z.data(), o);
-            in = a.data();
+// Sync, no straggler: 1, 2, 4, ... workers of one thread each, as far as the cores go.
+void scaling()
+{
+    const int cores = defaultThreadsPerWorker(1);
+    std::printf("scaling: sync, 784-256-256-10, batch 64 per worker, one thread per worker, %d cores\n", cores);
+    double base = 0;
+    for (int workers = 1; workers <= cores; workers *= 2) {
+        std::vector<double> rates;
+        for (int rep = 0; rep < 3; ++rep) {
+            nlohmann::json c = {{"mode", "sync"},
+                                {"workers", workers},
+                                {"device.threads_per_worker", 1},
+                                {"model", {{"layers", {784, 256, 256, 10}}}},
+                                {"data", {{"source", "blobs"}, {"samples", 16384}}},
+                                {"train", {{"steps", 400}, {"batch", 64}}},
+                                {"eval", {{"samples", 0}}}};
+            PreparedRun p = prepareRun(c);
+            Engine e(p.config, p.train, p.eval);
+            e.start();
+            e.wait();
+            rates.push_back(e.summary()["samples_per_s"].get<double>());
         }
-        for (int l = L - 1; l >= 0; --l) {
-            const int i = layers[l], o = layers[l + 1];
-            const float *inp = l == 0 ? x.data() : a.data();
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, i, batch, 1, g.data(), o, inp,
-                        i, 0, dw.data() + spec.weightOffset(l), i);
-            if (l > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, i, o, 1, g.data(), o,
-                            w.data() + spec.weightOffset(l), i, 0, z.data(), i);
-        }
-    };
-    for (int i = 0; i < 5; ++i) {
-        step();
-        gemms();
+        const double rate = median(rates);
+        if (workers == 1)
+            base = rate;
+        std::printf("  workers=%d samples_per_s=%.0f per_core=%.3f\n", workers, rate,
+                    rate / base / workers);
     }
-    // Interleave the two so that both see the same machine load.
-    std::vector<double> ts, tg;
-    for (int r = 0; r < 15; ++r) {
-        ts.push_back(medianSeconds(3, step));
-        tg.push_back(medianSeconds(3, gemms));
-    }
-    std::sort(ts.begin(), ts.end());
-    std::sort(tg.begin(), tg.end());
-    const double s = ts[ts.size() / 2], gm = tg[tg.size() / 2];
-    const double flops = 2.0 * batch *
-                         (784.0 * 1024 * 2 + 1024.0 * 1024 * 3 + 1024.0 * 10 * 3);
-    std::printf("step 784-1024-1024-10, batch 128, one worker (OpenBLAS, 1 thread)\n");
-    std::printf("  training step        %8.3f ms\n", s * 1e3);
-    std::printf("  same GEMMs alone     %8.3f ms  (%.1f GFLOP/s)\n", gm * 1e3, flops / gm / 1e9);
-    std::printf("  ratio step / GEMMs   %8.3f  (goal <= 1.15)\n\n", s / gm);
+    std::printf("\n");
+}
+
+// What one read of each clock costs: the steady clock (a vDSO call; kvm-clock on a VM) and the
+// run clock spans use (the TSC, calibrated against the steady clock, where it is invariant).
+void clockCost()
+{
+    const int n = 20'000'000;
+    volatile std::int64_t sink = 0;
+    auto a = Clock::now();
+    for (int i = 0; i < n; ++i)
+        sink = sink + Clock::now().time_since_epoch().count();
+    const double steady = seconds(a, Clock::now()) / n;
+    RunClock clock;
+    a = Clock::now();
+    for (int i = 0; i < n; ++i)
+        sink = sink + clock.now();
+    const double run = seconds(a, Clock::now()) / n;
+    a = Clock::now();
+    for (int i = 0; i < n; ++i)
+        sink = sink + std::int64_t(readTsc());
+    const double tsc = seconds(a, Clock::now()) / n;
+    std::printf("clock: one read\n");
+    std::printf("  steady_clock::now()                 %6.1f ns\n", steady * 1e9);
+    std::printf("  run clock (%-21s) %6.1f ns\n",
+                tscNanosecondsPerTick() > 0 ? "TSC, calibrated" : "steady clock fallback", run * 1e9);
+    std::printf("  rdtsc alone                         %6.1f ns\n", tsc * 1e9);
+    std::printf("clock_steady_ns=%.1f clock_run_ns=%.1f\n\n", steady * 1e9, run * 1e9);
 }
 
 void spanCost()
@@ -264,9 +424,16 @@ int main(int argc, char **argv)
     auto want = [&](const char *name) {
         return all || std::strcmp(argv[1], name) == 0;
     };
-    configureCpuBlas();
+    if (want("peak"))
+        peak();
+    if (want("gemm"))
+        gemmRates();
     if (want("step"))
         stepVersusGemms();
+    if (want("scaling"))
+        scaling();
+    if (want("clock"))
+        clockCost();
     if (want("span"))
         spanCost();
     if (want("tracing"))

@@ -109,7 +109,7 @@ void TestKernels::biasAndReductions()
 
 void TestKernels::largeArraysUseTheParallelPath()
 {
-    CpuDevice dev;
+    CpuDevice dev(2); // one thread: the worker's own, no split
     const std::size_t n = (1 << 18) + 3;
     auto x = randomVector(n, 3), y = randomVector(n, 4), ref = y;
     dev.axpy(0.5f, x.data(), y.data(), n);

@@ -135,7 +135,13 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     addField(run, "device", device, tr("Device"));
     auto *tf32 = new QCheckBox(tr("TF32 tensor cores"));
     addField(run, "device.tf32", tf32, tr("GPU GEMMs"));
-    auto gpuOnly = [tf32](const QString &d) { tf32->setEnabled(d.startsWith(QLatin1String("cuda"))); };
+    auto *threads = intSpin(0, 1024);
+    threads->setSpecialValueText(tr("auto (free cores / workers)"));
+    addField(run, "device.threads_per_worker", threads, tr("CPU threads per worker"));
+    auto gpuOnly = [tf32, threads](const QString &d) {
+        tf32->setEnabled(d.startsWith(QLatin1String("cuda")));
+        threads->setEnabled(!d.startsWith(QLatin1String("cuda")));
+    };
     connect(device, &QComboBox::currentTextChanged, this, gpuOnly);
     gpuOnly(device->currentText());
     auto *slowdown = new QLineEdit;

@@ -1,5 +1,7 @@
 #include "mainwindow.h"
 
+#include "cpu/cpudevice.h"
+
 #include "charts.h"
 #include "comparison.h"
 #include "experimentform.h"
@@ -121,7 +123,11 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     // Status bar: step, rate, time, progress.
     m_stepLabel = new QLabel(tr("ready"));
     m_rateLabel = new QLabel;
-    m_rateLabel->setToolTip(metricHelp(QStringLiteral("throughput")));
+    // The kernels in use, as oneDNN reports them, so that a rate is read against its machine.
+    const QString cpuKernels = tr("CPU matmuls: %1, kernels for %2")
+                                   .arg(QString::fromStdString(cpuLibrary()), QString::fromStdString(cpuIsa()));
+    m_rateLabel->setToolTip(metricHelp(QStringLiteral("throughput")) + QStringLiteral("\n\n") + cpuKernels);
+    statusBar()->setToolTip(cpuKernels);
     m_timeLabel = new QLabel;
     m_progress = new QProgressBar;
     m_progress->setMaximumWidth(260);
@@ -360,7 +366,11 @@ void MainWindow::createActions()
     help->addAction(tr("&About Syncopate"), this, [this] {
         QMessageBox::about(this, tr("About Syncopate"),
                            tr("<b>Syncopate</b> %1<br>A lab for distributed training: watch what "
-                              "synchronisation costs.").arg(QApplication::applicationVersion()));
+                              "synchronisation costs.<br><br>CPU matmuls: %2, kernels for %3 "
+                              "(cpu_isa).")
+                               .arg(QApplication::applicationVersion(),
+                                    QString::fromStdString(cpuLibrary()),
+                                    QString::fromStdString(cpuIsa())));
     });
 
     QToolBar *bar = addToolBar(tr("Run"));

@@ -1,17 +1,36 @@
-// The CPU backend: GEMMs through OpenBLAS (one thread per call, since every worker is already a
-// thread of its own), elementwise work in plain loops the compiler vectorises, split across
-// oneTBB's threads once an array is large enough to pay for it.
+// The CPU backend: a model's layers on oneDNN matmul primitives prepared when the model is
+// built (cpulinear.h), each device with its own OpenMP thread count (a worker is a thread of
+// its own already: threads_per_worker splits the free cores between them), elementwise work in
+// plain loops the compiler vectorises, split across a oneTBB arena of the same number of
+// threads once an array is large enough to pay for it.
 #pragma once
 
 #include "device.h"
 
+#include <tbb/task_arena.h>
+
+#include <memory>
+
 namespace syncopate {
+
+namespace onednn {
+class Context;
+}
+
 
 class CpuDevice final : public Device {
 public:
-    CpuDevice();
+    // threads: OpenMP threads of the library calls made on the thread that drives the device.
+    explicit CpuDevice(int threads = 1);
+    ~CpuDevice() override;
 
     std::string name() const override { return "cpu"; }
+    int threads() const;
+
+    std::unique_ptr<LinearPlan> planLinear(const LinearShape &shape) override;
+    void bindThread() override;
+    // dZ = dA where a > 0, else 0, in place: relu's gradient read off its output.
+    void reluBackwardFromOutput(const float *a, float *dA, std::size_t n);
 
     void *allocateBytes(std::size_t bytes) override;
     void releaseBytes(void *p) override;
@@ -44,9 +63,19 @@ public:
     void scale(float alpha, float *x, std::size_t n) override;
     double sumSquares(const float *x, std::size_t n) override;
     bool allFinite(const float *x, std::size_t n) override;
+
+private:
+    std::unique_ptr<onednn::Context> m_ctx;
+    std::unique_ptr<tbb::task_arena> m_arena; // elementwise work; null: one thread
 };
 
-// Makes OpenBLAS single-threaded per call; safe to call more than once.
-void configureCpuBlas();
+// The instruction set oneDNN uses on this CPU (dnnl_get_effective_cpu_isa), e.g. "avx512_core".
+std::string cpuIsa();
+// The CPU library and its version, e.g. "oneDNN 2.6.3 (OpenMP)".
+std::string cpuLibrary();
+
+// Threads per worker when device.threads_per_worker is 0: the cores this process may use
+// divided by the workers, at least 1.
+int defaultThreadsPerWorker(int workers);
 
 } // namespace syncopate
