@@ -127,21 +127,31 @@ void RowLod::closeAndCarry(int l)
     c.nsMask = open ? 0 : nonzero(lv.openNs);
 }
 
+void RowLod::carryCounts(int l)
+{
+    // Level l's uncarried spans join the next coarser level's open bucket (and its carry).
+    const Carry &c = m_carry[std::size_t(l)];
+    if (l + 1 >= kLevels || !c.phases)
+        return;
+    Level &next = m_levels[std::size_t(l) + 1];
+    if (next.open < 0 || std::size_t(next.open) >= next.buckets.size())
+        return;
+    Carry &up = m_carry[std::size_t(l) + 1];
+    LodBucket &b = next.buckets[std::size_t(next.open)];
+    b.count += c.count;
+    b.phases |= c.phases;
+    b.maxEnd = std::max(b.maxEnd, c.maxEnd);
+    up.count += c.count;
+    up.phases |= c.phases;
+    up.maxEnd = std::max(up.maxEnd, c.maxEnd);
+}
+
 void RowLod::carryUp(int l)
 {
     Carry &c = m_carry[std::size_t(l)];
+    carryCounts(l);
     if (l + 1 < kLevels) {
-        Level &next = m_levels[std::size_t(l) + 1];
         Carry &up = m_carry[std::size_t(l) + 1];
-        if (c.phases && next.open >= 0 && std::size_t(next.open) < next.buckets.size()) {
-            LodBucket &b = next.buckets[std::size_t(next.open)];
-            b.count += c.count;
-            b.phases |= c.phases;
-            b.maxEnd = std::max(b.maxEnd, c.maxEnd);
-            up.count += c.count;
-            up.phases |= c.phases;
-            up.maxEnd = std::max(up.maxEnd, c.maxEnd);
-        }
         for (unsigned m = c.nsMask; m; m &= m - 1) {
             const auto p = std::size_t(__builtin_ctz(m));
             addNs(up.ns[p], c.ns[p]);
@@ -197,19 +207,7 @@ void RowLod::settle()
     }
     for (int l = m_finest; l < kLevels; ++l) {
         Carry &c = m_carry[std::size_t(l)];
-        if (l + 1 < kLevels && c.phases) {
-            Level &next = m_levels[std::size_t(l) + 1];
-            Carry &up = m_carry[std::size_t(l) + 1];
-            if (next.open >= 0 && std::size_t(next.open) < next.buckets.size()) {
-                LodBucket &b = next.buckets[std::size_t(next.open)];
-                b.count += c.count;
-                b.phases |= c.phases;
-                b.maxEnd = std::max(b.maxEnd, c.maxEnd);
-                up.count += c.count;
-                up.phases |= c.phases;
-                up.maxEnd = std::max(up.maxEnd, c.maxEnd);
-            }
-        }
+        carryCounts(l);
         c.count = 0;
         c.phases = 0;
         c.maxEnd = std::numeric_limits<std::int64_t>::min();

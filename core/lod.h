@@ -82,6 +82,7 @@ private:
 
     void advance(std::int64_t start);
     void closeAndCarry(int l);
+    void carryCounts(int l);
     void carryUp(int l);
     void addLate(std::int64_t start, std::int64_t end, std::int64_t dur, std::size_t phase);
     // The algorithm before carries, every level per span: for a restored state whose levels
