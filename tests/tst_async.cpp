@@ -1,6 +1,7 @@
 // The async strategy: one worker is plain SGD, staleness follows hand-worked schedules, equal
 // workers see about W-1, and the stale-synchronous bound holds.
 #include "testutil.h"
+#include <limits>
 
 using namespace syncopate;
 using namespace syncopate::test;
@@ -133,45 +134,53 @@ void TestAsync::equalWorkersSeeWMinusOne()
 
 void TestAsync::staleSynchronousBound()
 {
-    // Three workers, one much slower. Without a bound the fast ones run far ahead and the slow
-    // worker's updates are very stale; with s = 1 no worker starts a step more than 1 ahead of
-    // the slowest, which caps staleness at (W-1)(2s+1) = 6.
+    // Three workers, one much slower. Without a bound the fast ones run far ahead of the slow
+    // one; with s = 1 no worker starts a step more than 1 ahead of the slowest, which caps
+    // staleness at (W-1)(2s+1) = 6.
     json c = base(3, 90);
     c["model"]["layers"] = {12, 512, 512, 4};
     c["train"]["batch"] = 32;
     c["workers_slowdown"] = {1, 1, 8};
+
+    // How far any worker ran ahead, from the trace: at each pull of worker w for its step k,
+    // the largest (k - 1) - (steps some worker had pushed by then). The bound keeps it <= 0.
+    const auto lead = [](const Engine &e) {
+        std::vector<std::vector<std::int64_t>> pushEnds(3);
+        std::vector<std::pair<std::int64_t, int>> pulls;
+        for (const auto &r : e.events().all()) {
+            if (!r.isSpan())
+                continue;
+            if (r.phase() == Phase::Push)
+                pushEnds[r.worker].push_back(r.end);
+            if (r.phase() == Phase::Pull)
+                pulls.emplace_back(r.start, int(r.step));
+        }
+        for (auto &v : pushEnds)
+            std::sort(v.begin(), v.end());
+        std::int64_t most = std::numeric_limits<std::int64_t>::min();
+        for (const auto &[t, k] : pulls)
+            for (const auto &v : pushEnds) {
+                const auto done = std::upper_bound(v.begin(), v.end(), t) - v.begin();
+                most = std::max(most, std::int64_t(k - 1) - std::int64_t(done));
+            }
+        return most;
+    };
+
+    // The premise, without a bound: the fast workers run ahead. Measured as the lead rather
+    // than as staleness, which needs the slow worker to push at all before the 90 updates are
+    // done (its first step, with the kernels' set-up time slowed 8 times, may not).
     auto unbounded = runToEnd(c);
-    const auto su = stalenessInOrder(*unbounded);
-    QVERIFY2(*std::max_element(su.begin(), su.end()) > 6, "the unbounded run should be stale");
+    QVERIFY2(lead(*unbounded) > 1, qPrintable(QStringLiteral("the unbounded run's lead is %1")
+                                                  .arg(lead(*unbounded))));
 
     c["async"] = {{"max_staleness", 1}};
     auto bounded = runToEnd(c);
     const auto sb = stalenessInOrder(*bounded);
     QCOMPARE(int(sb.size()), 90);
     QVERIFY(*std::max_element(sb.begin(), sb.end()) <= 6);
-
-    // The invariant itself, from the trace: at every pull of worker w for its step k, every
-    // worker had completed at least k - 1 steps.
-    std::vector<std::vector<std::int64_t>> pushEnds(3);
-    std::vector<std::tuple<std::int64_t, int, int>> pulls;
-    for (const auto &r : bounded->events().all()) {
-        if (!r.isSpan())
-            continue;
-        if (r.phase() == Phase::Push)
-            pushEnds[r.worker].push_back(r.end);
-        if (r.phase() == Phase::Pull)
-            pulls.emplace_back(r.start, int(r.worker), int(r.step));
-    }
-    for (auto &v : pushEnds)
-        std::sort(v.begin(), v.end());
-    for (const auto &[t, w, k] : pulls)
-        for (int v = 0; v < 3; ++v) {
-            const auto done = std::upper_bound(pushEnds[v].begin(), pushEnds[v].end(), t) -
-                              pushEnds[v].begin();
-            QVERIFY2(done >= k - 1, qPrintable(QStringLiteral("worker %1 step %2 began while "
-                                                              "worker %3 had done %4")
-                                                   .arg(w).arg(k).arg(v).arg(done)));
-        }
+    QVERIFY2(lead(*bounded) <= 0, qPrintable(QStringLiteral("a worker began a step while another "
+                                                            "was %1 behind the bound")
+                                                 .arg(lead(*bounded))));
 }
 
 void TestAsync::evaluationUsesServerSnapshots()
