@@ -6,6 +6,9 @@
 #include "rundata.h"
 #include "session.h"
 #include "settings.h"
+#ifdef SYNCOPATE_HAVE_MPI
+#include "mpicomm.h"
+#endif
 
 #include <QApplication>
 #include <QDir>
@@ -28,6 +31,13 @@ using namespace syncopate;
 namespace {
 
 std::atomic<int> g_interrupts{0};
+
+#ifdef SYNCOPATE_HAVE_MPI
+// Set when mpirun started this process: it is one rank of the run.
+std::shared_ptr<MpiCommunicator> g_mpi;
+#endif
+// Rank 0, or the only process: the one that prints and writes.
+bool g_root = true;
 
 void onInterrupt(int)
 {
@@ -235,21 +245,72 @@ int commandRun(const std::vector<std::string> &args)
     }
     for (const auto &s : sets)
         applyAssignment(flat, s);
-    PreparedRun prepared = prepareRun(flat);
+    std::shared_ptr<Communicator> comm;
+#ifdef SYNCOPATE_HAVE_MPI
+    if (g_mpi) {
+        // The run's workers are the ranks' threads.
+        const auto wpr = flat.find("mpi.workers_per_rank");
+        const int perRank = wpr != flat.end() && wpr->is_number_integer() ? wpr->get<int>() : 1;
+        const int workers = g_mpi->ranks() * std::max(1, perRank);
+        const auto given = flat.find("workers");
+        if (g_root && given != flat.end() && *given != workers)
+            std::fprintf(stderr, "note: workers = %s becomes %d: %d ranks x mpi.workers_per_rank = %d\n",
+                         given->dump().c_str(), workers, g_mpi->ranks(), perRank);
+        flat["workers"] = workers;
+        comm = g_mpi;
+    }
+#endif
+    // Over MPI every rank prepares its own data and replicas; a failure on one (a data file
+    // missing on that host) is reported by every rank, naming it, before anything runs.
+    PreparedRun prepared;
+    std::unique_ptr<Engine> enginePtr;
+    std::string localError;
+    try {
+        prepared = prepareRun(flat);
+#ifdef SYNCOPATE_HAVE_MPI
+        if (g_mpi) {
+            g_mpi->setTimeout(prepared.config.commTimeoutS);
+            g_mpi->setAllreduce(prepared.config.allreduce == "mpi");
+        }
+#endif
+        enginePtr = std::make_unique<Engine>(prepared.config, prepared.train, prepared.eval, comm);
+    } catch (const std::exception &e) {
+        if (!comm)
+            throw;
+        localError = e.what();
+    }
+#ifdef SYNCOPATE_HAVE_MPI
+    if (g_mpi)
+        g_mpi->agreeReady(localError);
+#endif
+    Engine &engine = *enginePtr;
     if (outDir.empty())
         outDir = defaultOutDir();
-    if (const std::string w = oversubscriptionWarning(prepared.config, coreBudget()); !w.empty())
-        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (!comm)
+        if (const std::string w = oversubscriptionWarning(prepared.config, coreBudget()); !w.empty())
+            std::fprintf(stderr, "warning: %s\n", w.c_str());
 
-    Engine engine(prepared.config, prepared.train, prepared.eval);
     engine.setOutputDirectory(outDir);
+    if (!g_root)
+        engine.setRetention(Engine::Retention::None); // rank 0 keeps the run
     std::signal(SIGINT, onInterrupt);
     std::signal(SIGTERM, onInterrupt);
-    const bool tty = isatty(STDERR_FILENO);
+    const bool tty = g_root && isatty(STDERR_FILENO);
     engine.start(); // throws StoreError naming the folder when it cannot be written
     // Said once the handlers are in place, so a script (or a test) knows from here on that an
     // interrupt stops the run and keeps it.
-    std::fprintf(stderr, "running into %s: Ctrl-C stops and keeps what ran\n", outDir.c_str());
+    if (g_root) {
+        if (comm)
+            std::fprintf(stderr, "%d ranks x %d workers on %s\n", comm->ranks(),
+                         prepared.config.workers / comm->ranks(), [&] {
+                             std::string h;
+                             for (const auto &name : comm->hosts())
+                                 if (h.find(name) == std::string::npos)
+                                     h += (h.empty() ? "" : ", ") + name;
+                             return h;
+                         }().c_str());
+        std::fprintf(stderr, "running into %s: Ctrl-C stops and keeps what ran\n", outDir.c_str());
+    }
     std::fflush(stderr);
     bool stopAsked = false;
     while (!engine.waitFor(std::chrono::milliseconds(100))) {
@@ -264,6 +325,11 @@ int commandRun(const std::vector<std::string> &args)
     if (tty) {
         drawProgress(engine.progress(), prepared.config.steps, double(engine.elapsedNs()) / 1e9);
         std::fputc('\n', stderr);
+    }
+    if (!g_root) {
+        if (!engine.error().empty() && engine.error().find("rank " + std::to_string(comm->rank()) + " ") != std::string::npos)
+            std::fprintf(stderr, "rank %d: %s\n", comm->rank(), engine.error().c_str());
+        return engine.state() == RunState::Finished ? 0 : engine.state() == RunState::Stopped ? 130 : 1;
     }
     printSummary(prepared.config, engine.summary(), outDir);
     if (images && !writeImages(outDir, fromStep, toStep))
@@ -408,6 +474,8 @@ int commandKeys()
 
 } // namespace
 
+int runCommand(const std::string &command, const std::vector<std::string> &args);
+
 int main(int argc, char **argv)
 {
     std::vector<std::string> args(argv + 1, argv + argc);
@@ -417,35 +485,64 @@ int main(int argc, char **argv)
     }
     const std::string command = args[0];
     args.erase(args.begin());
-    try {
-        if (command == "run")
-            return commandRun(args);
-        if (command == "presets")
-            return commandPresets();
-        if (command == "validate")
-            return commandValidate(args);
-        if (command == "keys")
-            return commandKeys();
-        if (command == "devices")
-            return commandDevices();
-        if (command == "info")
-            return commandInfo(args);
-        if (command == "export")
-            return commandExport(args);
-        std::fprintf(stderr, "syncopate-cli: unknown command \"%s\"\n\n", command.c_str());
-        printUsage(stderr);
-        return 2;
-    } catch (const ConfigError &e) {
-        std::fprintf(stderr, "syncopate-cli: configuration error:\n%s\n", e.what());
-        return 2;
-    } catch (const DataError &e) {
-        std::fprintf(stderr, "syncopate-cli: data error: %s\n", e.what());
-        return 2;
-    } catch (const StoreError &e) {
-        std::fprintf(stderr, "syncopate-cli: %s\n", e.what());
-        return 2;
-    } catch (const std::exception &e) {
-        std::fprintf(stderr, "syncopate-cli: %s\n", e.what());
-        return 1;
+#ifdef SYNCOPATE_HAVE_MPI
+    if (command == "run" && MpiCommunicator::launchedByMpirun()) {
+        try {
+            g_mpi = std::make_shared<MpiCommunicator>();
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "syncopate-cli: %s\n", e.what());
+            return 1;
+        }
+        g_root = g_mpi->root();
     }
+    // Under mpirun every rank ends through MPI (finalised, or the job aborted by rank 0 after it
+    // wrote the run); a failure every rank shares is printed once, by rank 0.
+    const auto finish = [](int code) {
+        if (g_mpi)
+            g_mpi->end(code);
+        return code;
+    };
+#else
+    const auto finish = [](int code) { return code; };
+#endif
+    try {
+        return finish(runCommand(command, args));
+    } catch (const ConfigError &e) {
+        if (g_root)
+            std::fprintf(stderr, "syncopate-cli: configuration error:\n%s\n", e.what());
+        return finish(2);
+    } catch (const DataError &e) {
+        if (g_root)
+            std::fprintf(stderr, "syncopate-cli: data error: %s\n", e.what());
+        return finish(2);
+    } catch (const StoreError &e) {
+        if (g_root)
+            std::fprintf(stderr, "syncopate-cli: %s\n", e.what());
+        return finish(2);
+    } catch (const std::exception &e) {
+        if (g_root)
+            std::fprintf(stderr, "syncopate-cli: %s\n", e.what());
+        return finish(1);
+    }
+}
+
+int runCommand(const std::string &command, const std::vector<std::string> &args)
+{
+    if (command == "run")
+        return commandRun(args);
+    if (command == "presets")
+        return commandPresets();
+    if (command == "validate")
+        return commandValidate(args);
+    if (command == "keys")
+        return commandKeys();
+    if (command == "devices")
+        return commandDevices();
+    if (command == "info")
+        return commandInfo(args);
+    if (command == "export")
+        return commandExport(args);
+    std::fprintf(stderr, "syncopate-cli: unknown command \"%s\"\n\n", command.c_str());
+    printUsage(stderr);
+    return 2;
 }

@@ -1,4 +1,4 @@
-// What the UI knows of one run: a TraceModel (core/tracemodel.h: rows, spans by time range,
+// What the UI knows of one run: a TraceModel (core/trace/tracemodel.h: rows, spans by time range,
 // level-of-detail summaries, counters, per-step series) plus what only the UI needs (label,
 // directory, summary, state). Owned and read by the GUI thread only; the engine is never
 // touched from here, it hands records over through RunController.

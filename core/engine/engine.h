@@ -1,13 +1,14 @@
-// Runs one experiment: N worker threads, each with its own model replica and device, combined
-// by the sync strategy (barrier + fixed-order average) or the async one (a parameter server).
+// Runs one experiment: N workers, each a thread with its own model replica and device (in one
+// process, or this process's share of them on an MPI rank), combined by a Strategy (sync:
+// barrier + fixed-order average; async: a parameter server) through a Communicator.
 // Everything a worker does is recorded as spans; the engine's own thread drains the rings into
 // the EventStore while the run goes on. Every wait is cancellable, so stop is prompt.
 #pragma once
 
+#include "communicator.h"
 #include "config.h"
 #include "data.h"
 #include "device.h"
-#include "exchange.h"
 #include "model.h"
 #include "trace.h"
 
@@ -25,6 +26,7 @@ namespace syncopate {
 
 class Optimizer;
 class RunWriter;
+class Strategy;
 struct RunOutcome;
 struct WorkerState;
 
@@ -32,25 +34,6 @@ enum class RunState { Idle, Running, Finished, Stopped, Failed };
 const char *runStateName(RunState s);
 // The state a summary's "status" names (finished when unknown).
 RunState runStateFromName(const std::string &name);
-
-// A barrier that every waiter leaves early when the run is cancelled.
-class CancellableBarrier {
-public:
-    explicit CancellableBarrier(int parties) : m_parties(parties) {}
-    // False when cancelled. arrivedNs is the caller's arrival time; *releasedNs becomes the
-    // last arriver's, when the barrier opened (a waiter that resumes later was not running).
-    bool arriveAndWait(std::int64_t arrivedNs = 0, std::int64_t *releasedNs = nullptr);
-    void cancel();
-
-private:
-    std::mutex m_mutex;
-    std::condition_variable m_cv;
-    int m_parties;
-    int m_waiting = 0;
-    std::uint64_t m_generation = 0;
-    std::int64_t m_releasedNs = 0;
-    bool m_cancelled = false;
-};
 
 struct EvalPoint {
     std::int64_t step = 0; // sync: steps done; async: server version
@@ -60,8 +43,11 @@ struct EvalPoint {
 
 class Engine {
 public:
+    // comm: how this process's workers reach the others; null: every worker a thread here.
+    // With MPI, this process runs its share of config.workers and rank 0 writes the run.
     Engine(RunConfig config, std::shared_ptr<const Dataset> train,
-           std::shared_ptr<const Dataset> eval = nullptr);
+           std::shared_ptr<const Dataset> eval = nullptr,
+           std::shared_ptr<Communicator> comm = nullptr);
     ~Engine();
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
@@ -116,6 +102,8 @@ public:
     void setPaused(int worker, bool paused);
     bool paused(int worker) const;
 
+    const Communicator &communicator() const { return *m_comm; }
+
     // Test hooks. A fault throws when the worker enters that phase of that step.
     void injectFault(int worker, std::int64_t step, Phase phase);
     // Async: server operations happen exactly in this order; each entry is a worker index,
@@ -123,28 +111,28 @@ public:
     void scriptServerOrder(std::vector<int> order);
 
 private:
-    friend struct WorkerState;
+    friend class SyncStrategy;
+    friend class AsyncStrategy;
     void supervise();
     void runWorker(WorkerState &w);
-    // Waits at the barrier from t0 and records it; t0 becomes the span's end.
-    bool barrierWait(WorkerState &w, std::uint32_t step, std::int64_t &t0);
-    void syncStep(WorkerState &w, std::int64_t step);
-    bool asyncStep(WorkerState &w, std::int64_t step);
     void computeStep(WorkerState &w, std::int64_t step);
     void delayStep(WorkerState &w, std::int64_t step, std::int64_t computeNs);
     void waitWhilePaused(WorkerState &w, std::int64_t step);
     void enter(WorkerState &w, Phase p, std::int64_t step);
     void flushDeviceSpans(WorkerState &w);
     bool sleepCancellable(std::int64_t ns);
-    bool awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mutex> &lock);
     void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version);
-    // Sync: every worker evaluates its shard of the held-out set on its own replica (all hold
-    // the same parameters after an update), as distributed evaluation does; the last to finish
-    // records the combined result. Nobody waits for anybody.
-    void evaluateShard(WorkerState &w, std::int64_t step);
+    // Caller holds m_evalMutex.
     void recordEval(WorkerState &w, std::int64_t step, const EvalResult &r);
+    // The device of worker i (a ConfigError of "device" when it cannot be had).
+    std::unique_ptr<Device> makeDevice(int worker) const;
+    // This process's worker of that index among all the run's, or null.
+    WorkerState *localWorker(int worker) const;
     void fail(int worker, std::int64_t step, Phase phase, const std::string &what);
-    void drain();
+    // final: send what a non-root rank holds now, without waiting for the next batch.
+    void drain(bool final = false);
+    // Heartbeats and stops between ranks; a stop of this rank is announced to the others.
+    void keepInTouch();
     void storeFailed(const std::string &what);
     std::vector<Record> m_drained; // drain()'s buffer, reused
     std::string m_outputDir;
@@ -172,21 +160,13 @@ private:
     std::condition_variable m_doneCv;
     std::string m_error;
 
-    // Sync
-    std::unique_ptr<CancellableBarrier> m_barrier;
-    std::unique_ptr<GradientExchange> m_exchange;
-
-    // Async parameter server: the master copy on worker 0's device (its own queue).
-    mutable std::mutex m_serverMutex;
-    std::condition_variable m_serverCv;
-    std::unique_ptr<Device> m_sharedDevice;
-    DeviceBuffer m_master;
-    DeviceBuffer m_pushStaging; // a pushed gradient from another GPU, copied in first
-    std::unique_ptr<Optimizer> m_serverOptimizer;
-    std::int64_t m_version = 0;
-    std::vector<std::int64_t> m_done; // updates pushed per worker
-    std::vector<int> m_script;
-    std::size_t m_scriptPos = 0;
+    std::shared_ptr<Communicator> m_comm;
+    std::unique_ptr<Strategy> m_strategy;
+    std::vector<int> m_script; // async test hook: scriptServerOrder
+    // Non-root ranks: records on rank 0's clock, sent about every 100 ms.
+    std::vector<Record> m_outbox;
+    std::int64_t m_lastSendNs = 0;
+    bool m_stopAnnounced = false;
 
     // Pause and cancellable sleeps
     std::mutex m_pauseMutex;
@@ -197,8 +177,6 @@ private:
     std::unique_ptr<Device> m_evalDevice;
     std::unique_ptr<Model> m_evalModel;
     std::vector<EvalPoint> m_evalHistory;
-    std::vector<EvalResult> m_evalShards; // sync: one per worker, combined in worker order
-    int m_evalShardsDone = 0;             // guarded by m_evalMutex
 
     struct Fault {
         int worker = -1;

@@ -350,6 +350,17 @@ const std::vector<ConfigKey> &configKeys()
          "Momentum factor of the momentum optimizer."},
         {"train.seed", KeyType::Int, "1", 0, 9.007199254740991e15, {},
          "Seed of data generation, shuffling, initial parameters and jitter."},
+        {"sync.allreduce", KeyType::Enum, "\"ordered\"", -kInf, kInf, {"ordered", "mpi"},
+         "Over MPI ranks, how sync averages the gradients. ordered: every rank sends each "
+         "worker's gradient slices to the slice's owner, which sums them in worker order "
+         "(bit for bit the result of the same workers as threads of one process); mpi: "
+         "MPI_Allreduce of each rank's sum (its own algorithm and order, equal to about 1e-6)."},
+        {"mpi.workers_per_rank", KeyType::Int, "1", 1, 256, {},
+         "Under mpirun: worker threads per rank. The run's workers are then ranks times this "
+         "(the workers key is ignored)."},
+        {"mpi.timeout_s", KeyType::Number, "10", 0.5, 3600, {},
+         "Under mpirun: a rank that has not been heard of for this long (killed, hung, cut "
+         "off) ends the run with an error naming it."},
         {"async.max_staleness", KeyType::Int, "-1", -1, 1e6, {},
          "Stale-synchronous bound s: no worker starts a step more than s steps ahead of the "
          "slowest; -1 = unbounded, 0 = every worker waits for all others. It bounds running "
@@ -528,6 +539,9 @@ RunConfig parseConfig(const nlohmann::json &input)
     c.lr = v["train.lr"].is_null() ? defaultLr(c.optimizer) : v["train.lr"].get<double>();
     c.momentum = v["train.momentum"];
     c.seed = v["train.seed"].get<std::uint64_t>();
+    c.allreduce = v["sync.allreduce"];
+    c.workersPerRank = v["mpi.workers_per_rank"];
+    c.commTimeoutS = v["mpi.timeout_s"];
     c.maxStaleness = v["async.max_staleness"];
     c.stalenessLr = v["async.staleness_lr"];
     c.slowdown = v["workers_slowdown"].get<std::vector<double>>();
@@ -640,6 +654,8 @@ nlohmann::json RunConfig::toJson() const
     j["train"] = {{"steps", steps}, {"batch", batch},       {"optimizer", optimizer},
                   {"lr", lr},       {"momentum", momentum}, {"seed", seed}};
     j["async"] = {{"max_staleness", maxStaleness}, {"staleness_lr", stalenessLr}};
+    j["sync"] = {{"allreduce", allreduce}};
+    j["mpi"] = {{"workers_per_rank", workersPerRank}, {"timeout_s", commTimeoutS}};
     j["workers_slowdown"] = slowdown;
     j["jitter"] = jitter;
     j["eval"] = {{"every", evalEvery},

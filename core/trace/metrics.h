@@ -35,6 +35,16 @@ struct RunMetrics {
     nlohmann::json summary;
 };
 
+// One MPI rank of a run: its host, its workers, and its clock's offset to rank 0's at the start
+// and at the end (rank 0's time = the rank's + offset, within uncertainty).
+struct RankInfo {
+    std::string host;
+    int firstWorker = 0;
+    int workers = 0;
+    std::int64_t offsetNs = 0, uncertaintyNs = 0;
+    std::int64_t endOffsetNs = 0, endUncertaintyNs = 0;
+};
+
 struct RunOutcome {
     std::string status = "finished"; // finished | stopped | failed
     std::string error;
@@ -45,6 +55,7 @@ struct RunOutcome {
     std::vector<std::string> devices; // per worker
     std::string cpuIsa;               // the instruction set oneDNN's CPU kernels use
     int threadsPerWorker = 0;         // CPU workers: OpenMP threads each (0: not a CPU run)
+    std::vector<RankInfo> ranks;      // MPI runs: one per rank; empty in one process
 };
 
 // Builds rows and the summary from records as they stream in, holding only what is still

@@ -402,6 +402,22 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
         j["cpu_isa"] = outcome.cpuIsa;
     if (outcome.threadsPerWorker > 0)
         j["threads_per_worker"] = outcome.threadsPerWorker;
+    if (!outcome.ranks.empty()) {
+        nlohmann::json ranks = nlohmann::json::array();
+        for (std::size_t r = 0; r < outcome.ranks.size(); ++r) {
+            const RankInfo &i = outcome.ranks[r];
+            nlohmann::json k{{"rank", r},
+                             {"host", i.host},
+                             {"first_worker", i.firstWorker},
+                             {"workers", i.workers},
+                             {"clock_offset_ns", i.offsetNs},
+                             {"clock_uncertainty_ns", i.uncertaintyNs},
+                             {"clock_offset_end_ns", i.endOffsetNs},
+                             {"clock_uncertainty_end_ns", i.endUncertaintyNs}};
+            ranks.push_back(k);
+        }
+        j["ranks"] = ranks;
+    }
     if (!config.async() && m_sawReduce) {
         // As nccl-tests report an all-reduce of S bytes per rank taking t: algbw = S / t,
         // busbw = algbw * 2(n-1)/n, with t the slowest worker's reduce time of each step.

@@ -68,6 +68,9 @@ struct RunConfig {
     double momentum = 0.9;
     std::uint64_t seed = 1;
 
+    std::string allreduce = "ordered"; // sync over MPI ranks: ordered | mpi
+    int workersPerRank = 1;            // MPI: worker threads of each rank
+    double commTimeoutS = 10;          // MPI: a rank silent this long is lost
     int maxStaleness = -1;
     bool stalenessLr = false;
 

@@ -1,5 +1,8 @@
 #include "engine.h"
 
+#include "strategy.h"
+#include "worker.h"
+
 #include "metrics.h"
 #include "runstore.h"
 
@@ -38,99 +41,23 @@ RunState runStateFromName(const std::string &name)
     return RunState::Finished;
 }
 
-bool CancellableBarrier::arriveAndWait(std::int64_t arrivedNs, std::int64_t *releasedNs)
-{
-    std::unique_lock lock(m_mutex);
-    if (m_cancelled)
-        return false;
-    const std::uint64_t generation = m_generation;
-    if (++m_waiting == m_parties) {
-        m_waiting = 0;
-        ++m_generation;
-        m_releasedNs = arrivedNs;
-        if (releasedNs)
-            *releasedNs = arrivedNs;
-        m_cv.notify_all();
-        return true;
-    }
-    m_cv.wait(lock, [&] { return m_generation != generation || m_cancelled; });
-    // Read under the lock: the next opening needs this worker, so it cannot have changed.
-    if (releasedNs)
-        *releasedNs = m_releasedNs;
-    return m_generation != generation;
-}
-
-void CancellableBarrier::cancel()
-{
-    {
-        std::lock_guard lock(m_mutex);
-        m_cancelled = true;
-    }
-    m_cv.notify_all();
-}
-
-// Host-side batch buffers; two of them when the next batch is prefetched.
-struct BatchBuffers {
-    std::vector<float> x;
-    std::vector<std::int32_t> labels;
-    std::vector<float> y;
-    std::int64_t gatheredFrom = 0, gatheredTo = 0; // when the prefetch task assembled it
-    // Hand-off between the worker and the prefetch task: oneTBB orders them, but inside its
-    // uninstrumented library, so the ordering is restated here for ThreadSanitizer.
-    std::atomic<int> handoff{0};
-};
-
-struct WorkerState {
-    WorkerState(int i, const RunClock &clock)
-        : index(i), ring(std::size_t(1) << 16), rec(i, clock, ring)
-    {
-    }
-
-    int index;
-    std::unique_ptr<Device> device;
-    // The batch on the device, where the device cannot read the host buffers below.
-    DeviceBuffer devX, devLabels, devY;
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Optimizer> optimizer; // sync: each replica applies the same update
-    RecordRing ring;
-    Recorder rec;
-    BatchBuffers buffers[2];
-    int current = 0;
-    tbb::task_group prefetch;
-    bool prefetchPending = false;
-    std::atomic<double> slowdown{1.0};
-    std::atomic<bool> paused{false};
-    std::unique_ptr<Rng> jitterRng;
-    std::int64_t pulledVersion = 0;
-    std::vector<float> snapshot; // parameters handed to evaluation
-    Phase phase = Phase::Data;
-    std::int64_t step = 0;
-    std::thread thread;
-};
-
 Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
-               std::shared_ptr<const Dataset> eval)
+               std::shared_ptr<const Dataset> eval, std::shared_ptr<Communicator> comm)
     : m_config(std::move(config)), m_train(std::move(train)), m_eval(std::move(eval)),
-      m_events(m_config.workers)
+      m_events(m_config.workers),
+      m_comm(comm ? std::move(comm) : std::make_shared<InProcessCommunicator>())
 {
     ModelSpec spec{m_config.layers, parseActivation(m_config.activation),
                    m_config.classification(), m_config.checkpoint ? m_config.checkpointEvery : 0};
     m_initialParams = Model::initialParams(spec, m_config.seed);
     const auto kind = Optimizer::parseKind(m_config.optimizer);
     const std::size_t n = spec.paramCount();
-    const DeviceOptions options{m_config.tf32, threadsPerWorker()};
-    // A device that cannot be had is a problem of the "device" key; running out of memory
-    // later is not.
-    auto deviceFor = [&](int worker) {
-        try {
-            return createDevice(m_config.device, worker, options);
-        } catch (const DeviceError &e) {
-            throw ConfigError(e.what(), {"device"});
-        }
-    };
-    for (int i = 0; i < m_config.workers; ++i) {
-        auto w = std::make_unique<WorkerState>(i, m_clock);
-        w->device = deviceFor(i);
+    const int first = m_comm->firstWorker(m_config.workers);
+    const int local = m_comm->localWorkers(m_config.workers);
+    for (int l = 0; l < local; ++l) {
+        const int i = first + l;
+        auto w = std::make_unique<WorkerState>(i, l, m_clock);
+        w->device = makeDevice(i);
         w->model = std::make_unique<Model>(*w->device, spec, m_config.batch);
         w->model->setParams(m_initialParams);
         if (!m_config.async())
@@ -154,29 +81,17 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         w->snapshot.resize(n);
         m_workers.push_back(std::move(w));
     }
-    if (m_config.async()) {
-        m_sharedDevice = deviceFor(0);
-        m_master = DeviceBuffer(*m_sharedDevice, n);
-        m_sharedDevice->upload(m_master.data(), m_initialParams.data(), n);
-        for (const auto &w : m_workers)
-            if (w->device->memorySpace() != m_sharedDevice->memorySpace() && !m_pushStaging.data())
-                m_pushStaging = DeviceBuffer(*m_sharedDevice, n);
-        m_serverOptimizer = std::make_unique<Optimizer>(*m_sharedDevice, kind, n,
-                                                        float(m_config.lr),
-                                                        float(m_config.momentum));
-        m_done.assign(std::size_t(m_config.workers), 0);
-    } else {
-        std::vector<Device *> devices;
-        std::vector<float *> grads;
-        for (const auto &w : m_workers) {
-            devices.push_back(w->device.get());
-            grads.push_back(w->model->grads());
-        }
-        m_exchange = createGradientExchange(devices, grads, n);
-        m_barrier = std::make_unique<CancellableBarrier>(m_config.workers);
-    }
+    if (m_config.async() && m_comm->ranks() > 1)
+        throw ConfigError("mode = \"async\": the parameter server runs in one process; over MPI "
+                          "ranks, use mode = \"sync\" or \"checkpointed\"",
+                          {"mode"});
+    if (m_config.allreduce == "mpi" && m_comm->kind() != "mpi")
+        throw ConfigError("sync.allreduce = \"mpi\": needs MPI ranks (mpirun -np N syncopate-cli "
+                          "run ...); in one process the workers average in shared memory",
+                          {"sync.allreduce"});
+    m_strategy = m_config.async() ? makeAsyncStrategy(*this) : makeSyncStrategy(*this);
     if (m_eval && m_eval->samples > 0) {
-        m_evalDevice = deviceFor(0);
+        m_evalDevice = makeDevice(first);
         ModelSpec plain = spec;
         plain.checkpointEvery = 0;
         m_evalModel = std::make_unique<Model>(*m_evalDevice, plain, m_config.batch);
@@ -184,12 +99,27 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         // worker that completes it (async runs count server updates, which steps bound too).
         m_evalHistory.reserve(std::size_t(
             (m_config.evalEvery > 0 ? m_config.steps / m_config.evalEvery : 0) + 2));
-        if (!m_config.async()) { // sync evaluates in shards, at least at the end
-            m_evalShards.resize(std::size_t(m_config.workers));
+        if (!m_config.async()) // sync evaluates in shards, at least at the end
             for (const auto &w : m_workers)
                 w->model->reserveEvaluation();
-        }
     }
+}
+
+std::unique_ptr<Device> Engine::makeDevice(int worker) const
+{
+    // A device that cannot be had is a problem of the "device" key; running out of memory
+    // later is not.
+    try {
+        return createDevice(m_config.device, worker, DeviceOptions{m_config.tf32, threadsPerWorker()});
+    } catch (const DeviceError &e) {
+        throw ConfigError(e.what(), {"device"});
+    }
+}
+
+WorkerState *Engine::localWorker(int worker) const
+{
+    const int l = worker - (m_workers.empty() ? 0 : m_workers.front()->index);
+    return l >= 0 && l < int(m_workers.size()) ? m_workers[std::size_t(l)].get() : nullptr;
 }
 
 Engine::~Engine()
@@ -203,17 +133,30 @@ void Engine::start()
 {
     if (m_state.load() != RunState::Idle)
         return;
-    if (!m_outputDir.empty()) {
-        m_writer = std::make_unique<RunWriter>(m_outputDir, m_config, m_initialParams);
+    // Rank 0 alone writes the run; every rank hears whether it could, before anything runs.
+    std::exception_ptr writerError;
+    std::string writerWhat;
+    if (!m_outputDir.empty() && m_comm->root()) {
+        try {
+            m_writer = std::make_unique<RunWriter>(m_outputDir, m_config, m_initialParams);
+        } catch (const std::exception &e) {
+            writerError = std::current_exception();
+            writerWhat = e.what();
+        }
         if (!m_retentionSet)
             m_retention = Retention::None; // the directory has it all
     }
+    if (m_comm->ranks() > 1)
+        m_comm->agreeReady(writerWhat); // throws CommError naming the rank that failed
+    if (writerError)
+        std::rethrow_exception(writerError);
     m_events.setRetention(m_retention == Retention::All    ? EventStore::Keep::All
                           : m_retention == Retention::Feed ? EventStore::Keep::Unread
                                                            : EventStore::Keep::Nothing);
     for (auto &w : m_workers)
         w->rec.setTracing(m_tracing);
     m_clock.restart(); // time 0 is the start, not the construction of the replicas
+    m_comm->startClock(m_clock);
     m_state = RunState::Running;
     m_running = int(m_workers.size());
     m_supervisor = std::thread([this] { supervise(); });
@@ -222,12 +165,9 @@ void Engine::start()
 void Engine::requestStop()
 {
     m_stop = true;
-    if (m_barrier)
-        m_barrier->cancel();
-    {
-        std::lock_guard lock(m_serverMutex);
-    }
-    m_serverCv.notify_all();
+    if (m_strategy)
+        m_strategy->cancel();
+    m_comm->cancel();
     {
         std::lock_guard lock(m_pauseMutex);
     }
@@ -267,21 +207,9 @@ std::int64_t Engine::elapsedNs() const
 
 std::int64_t Engine::parameterCount() const { return std::int64_t(m_initialParams.size()); }
 
-std::vector<float> Engine::finalParams() const
-{
-    if (m_config.async()) {
-        std::vector<float> host(m_initialParams.size());
-        std::lock_guard lock(m_serverMutex);
-        m_sharedDevice->download(host.data(), m_master.data(), host.size());
-        return host;
-    }
-    return m_workers.front()->model->paramsToHost();
-}
+std::vector<float> Engine::finalParams() const { return m_strategy->finalParams(); }
 
-std::string Engine::reduceAlgorithm() const
-{
-    return m_exchange ? m_exchange->algorithm() : std::string();
-}
+std::string Engine::reduceAlgorithm() const { return m_strategy->reduceAlgorithm(); }
 
 int Engine::threadsPerWorker() const
 {
@@ -305,32 +233,32 @@ std::vector<EvalPoint> Engine::evalHistory() const
 
 void Engine::setSlowdown(int worker, double factor)
 {
-    if (worker >= 0 && worker < int(m_workers.size()))
-        m_workers[std::size_t(worker)]->slowdown = std::max(1.0, factor);
+    if (WorkerState *w = localWorker(worker))
+        w->slowdown = std::max(1.0, factor);
 }
 
 double Engine::slowdown(int worker) const
 {
-    return worker >= 0 && worker < int(m_workers.size())
-               ? m_workers[std::size_t(worker)]->slowdown.load()
-               : 1.0;
+    const WorkerState *w = localWorker(worker);
+    return w ? w->slowdown.load() : 1.0;
 }
 
 void Engine::setPaused(int worker, bool paused)
 {
-    if (worker < 0 || worker >= int(m_workers.size()))
+    WorkerState *w = localWorker(worker);
+    if (!w)
         return;
     {
         std::lock_guard lock(m_pauseMutex);
-        m_workers[std::size_t(worker)]->paused = paused;
+        w->paused = paused;
     }
     m_pauseCv.notify_all();
 }
 
 bool Engine::paused(int worker) const
 {
-    return worker >= 0 && worker < int(m_workers.size()) &&
-           m_workers[std::size_t(worker)]->paused.load();
+    const WorkerState *w = localWorker(worker);
+    return w && w->paused.load();
 }
 
 void Engine::injectFault(int worker, std::int64_t step, Phase phase)
@@ -344,9 +272,16 @@ void Engine::fail(int worker, std::int64_t step, Phase phase, const std::string 
 {
     {
         std::lock_guard lock(m_doneMutex);
-        if (m_error.empty())
-            m_error = "worker " + std::to_string(worker) + " failed at step " +
-                      std::to_string(step) + " (" + phaseName(phase) + "): " + what;
+        if (m_error.empty()) {
+            m_error = "worker " + std::to_string(worker);
+            if (m_comm->ranks() > 1) {
+                const int r = m_comm->rankOfWorker(m_config.workers, worker);
+                m_error += " (rank " + std::to_string(r) + " on " +
+                           m_comm->hosts()[std::size_t(r)] + ")";
+            }
+            m_error += " failed at step " + std::to_string(step) + " (" + phaseName(phase) +
+                       "): " + what;
+        }
     }
     requestStop();
 }
@@ -363,11 +298,31 @@ void Engine::storeFailed(const std::string &what)
     requestStop();
 }
 
-void Engine::drain()
+void Engine::drain(bool final)
 {
     m_drained.clear();
     for (auto &w : m_workers)
         w->ring.drain(m_drained);
+    if (!m_comm->root()) {
+        // Another rank: the records go to rank 0, on its clock, in batches of about 100 ms
+        // (the workers' rings hold seconds of them).
+        for (Record r : m_drained) {
+            const std::int64_t d = r.end - r.start;
+            r.start = std::max<std::int64_t>(0, m_comm->toRootClock(r.start));
+            r.end = r.start + d;
+            m_outbox.push_back(r);
+        }
+        if (!m_drained.empty())
+            m_events.append(m_drained);
+        const std::int64_t now = m_clock.now();
+        if (final || now - m_lastSendNs >= 100'000'000) {
+            m_comm->sendRecords(m_outbox.data(), m_outbox.size());
+            m_outbox.clear();
+            m_lastSendNs = now;
+        }
+        return;
+    }
+    m_comm->receiveRecords(m_drained);
     if (!m_drained.empty())
         m_events.append(m_drained);
     if (m_writer) {
@@ -377,6 +332,24 @@ void Engine::drain()
         } catch (const std::exception &e) {
             storeFailed(e.what());
         }
+    }
+}
+
+void Engine::keepInTouch()
+{
+    if (!m_comm->poll()) {
+        const std::string why = m_comm->error();
+        if (!why.empty()) {
+            std::lock_guard lock(m_doneMutex);
+            if (m_error.empty())
+                m_error = why;
+        }
+        m_stopAnnounced = true; // the others know: it came from them
+        requestStop();
+    }
+    if (stopping() && !m_stopAnnounced) {
+        m_stopAnnounced = true;
+        m_comm->announceStop(error());
     }
 }
 
@@ -390,6 +363,23 @@ RunOutcome Engine::outcome() const
     o.eval = evalHistory();
     o.reduceAlgorithm = reduceAlgorithm();
     o.devices = deviceNames();
+    if (m_comm->ranks() > 1) {
+        // Where each rank ran, and how well its clock was put on rank 0's.
+        const auto start = m_comm->clockOffsets(false), end = m_comm->clockOffsets(true);
+        const auto hosts = m_comm->hosts();
+        for (int r = 0; r < m_comm->ranks(); ++r) {
+            const auto i = std::size_t(r);
+            RankInfo info;
+            info.host = hosts[i];
+            info.firstWorker = m_comm->firstWorker(m_config.workers, r);
+            info.workers = m_comm->firstWorker(m_config.workers, r + 1) - info.firstWorker;
+            info.offsetNs = start[i].offsetNs;
+            info.uncertaintyNs = start[i].uncertaintyNs;
+            info.endOffsetNs = end[i].offsetNs;
+            info.endUncertaintyNs = end[i].uncertaintyNs;
+            o.ranks.push_back(info);
+        }
+    }
     if (!parseDeviceSpec(m_config.device).cuda) {
         o.cpuIsa = cpuIsa();
         o.threadsPerWorker = threadsPerWorker();
@@ -421,32 +411,30 @@ void Engine::supervise()
     // Drain often enough that rings never fill, rarely enough to cost nothing.
     while (m_running.load() > 0) {
         drain();
+        keepInTouch();
         std::unique_lock lock(m_doneMutex);
         m_doneCv.wait_for(lock, std::chrono::milliseconds(3), [&] { return m_running.load() == 0; });
     }
     for (auto &w : m_workers)
         w->thread.join();
-    drain();
+    keepInTouch();
+    drain(true);
+    m_strategy->afterWorkers();
+    drain(true);
+    // Every rank's records in, and the clocks measured again, before the directory is closed.
+    if (!m_comm->finishRun(m_clock)) {
+        std::lock_guard lock(m_doneMutex);
+        if (m_error.empty())
+            m_error = m_comm->error();
+    }
+    drain(true);
     const bool failed = !error().empty();
     const bool complete = m_progress.load() >= m_config.steps;
-    // Sync runs evaluated their end in shards (syncStep); async evaluates the server's
-    // parameters once the workers are done.
-    if (!failed && complete && m_evalModel && m_config.async()) {
-        WorkerState &w0 = *m_workers.front();
-        const auto params = finalParams();
-        std::copy(params.begin(), params.end(), w0.snapshot.begin());
-        try {
-            evaluate(w0, m_progress.load(), w0.snapshot.data(), m_progress.load());
-        } catch (const std::exception &e) {
-            fail(0, m_progress.load(), Phase::Eval, e.what());
-        }
-        drain();
-    }
     m_endNs = m_clock.now();
     RunState end;
     {
         std::lock_guard lock(m_doneMutex);
-        end = !m_error.empty() ? RunState::Failed : complete ? RunState::Finished : RunState::Stopped;
+        end = failed ? RunState::Failed : complete ? RunState::Finished : RunState::Stopped;
     }
     // The directory is complete before anyone is told the run ended.
     if (m_writer) {
@@ -505,14 +493,7 @@ void Engine::runWorker(WorkerState &w)
             timer->calibrate([this] { return m_clock.now(); });
             w.rec.attachTimer(timer);
         }
-        if (m_config.async()) {
-            for (std::int64_t step = 0; !stopping(); ++step)
-                if (!asyncStep(w, step))
-                    break;
-        } else {
-            for (std::int64_t step = 0; step < m_config.steps && !stopping(); ++step)
-                syncStep(w, step);
-        }
+        m_strategy->runWorker(w);
     } catch (const std::exception &e) {
         fail(w.index, w.step, w.phase, e.what());
     }
@@ -642,195 +623,6 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
     w.device->synchronize();
     w.rec.collectDeviceSpans();
     delayStep(w, step, w.rec.now() - computeStart);
-}
-
-bool Engine::barrierWait(WorkerState &w, std::uint32_t step, std::int64_t &t0)
-{
-    // The wait span's value: how long after the barrier opened this worker resumed, time it
-    // could have run but the OS did not run it.
-    std::int64_t released = 0;
-    const bool open = m_barrier->arriveAndWait(t0, &released);
-    const std::int64_t t1 = w.rec.now();
-    w.rec.span(Phase::Wait, step, t0, t1, open ? double(t1 - std::clamp(released, t0, t1)) : 0.0);
-    t0 = t1;
-    return open;
-}
-
-void Engine::syncStep(WorkerState &w, std::int64_t step)
-{
-    const auto s32 = std::uint32_t(step);
-    computeStep(w, step);
-    if (stopping())
-        return;
-    // From here the phases follow each other without a gap: each starts where the last ended.
-    enter(w, Phase::Reduce, step);
-    std::int64_t t0 = w.rec.now();
-    if (const std::size_t staged = m_exchange->prepare(w.index))
-        t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(staged));
-    enter(w, Phase::Wait, step);
-    const bool arrived = barrierWait(w, s32, t0);
-    if (!arrived)
-        return;
-
-    // Shared memory: each worker averages one slice, summing the replicas in worker order, so
-    // the result is the same bit for bit whatever the timing. NCCL: one all-reduce per worker.
-    enter(w, Phase::Reduce, step);
-    const std::size_t moved = m_exchange->reduce(w.index);
-    t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(moved));
-
-    enter(w, Phase::Wait, step);
-    const bool reduced = barrierWait(w, s32, t0);
-    if (!reduced)
-        return;
-
-    enter(w, Phase::Apply, step);
-    {
-        ScopedSpan apply(&w.rec, Phase::Apply, s32, t0);
-        w.optimizer->step(w.model->params(), m_exchange->finish(w.index));
-    }
-
-    const std::int64_t done = step + 1;
-    if (w.index == 0)
-        m_progress = done;
-    // The final evaluation too is shared: every worker its slice of the held-out set, as in
-    // the periodic ones (one worker evaluating all of it showed as one long span).
-    if (m_evalModel && ((m_config.evalEvery > 0 && done % m_config.evalEvery == 0) || done == m_config.steps))
-        evaluateShard(w, done);
-}
-
-void Engine::evaluateShard(WorkerState &w, std::int64_t step)
-{
-    enter(w, Phase::Eval, step);
-    const std::int64_t samples = m_eval->samples;
-    const std::int64_t lo = samples * w.index / m_config.workers;
-    const std::int64_t hi = samples * (w.index + 1) / m_config.workers;
-    const int inW = m_eval->features;
-    const int outW = m_eval->outputs;
-    const std::int64_t t0 = w.rec.now();
-    const EvalResult part = w.model->evaluate(
-        m_eval->x.data() + lo * inW, m_eval->labels.empty() ? nullptr : m_eval->labels.data() + lo,
-        m_eval->y.empty() ? nullptr : m_eval->y.data() + lo * outW, hi - lo);
-    w.rec.span(Phase::Eval, std::uint32_t(step), t0, w.rec.now(), double(step));
-    std::lock_guard lock(m_evalMutex);
-    m_evalShards[std::size_t(w.index)] = part;
-    if (++m_evalShardsDone < m_config.workers)
-        return;
-    // The last shard in: combine in worker order, so the figure does not depend on timing. No
-    // worker starts the next round before this one ends: the barriers of the steps between
-    // wait for the worker doing this.
-    m_evalShardsDone = 0;
-    EvalResult all;
-    for (const EvalResult &s : m_evalShards) {
-        all.samples += s.samples;
-        all.lossSum += s.lossSum;
-        all.correct += s.correct;
-    }
-    all.loss = all.samples ? all.lossSum / double(all.samples) : 0.0;
-    all.accuracy = all.samples ? double(all.correct) / double(all.samples) : 0.0;
-    recordEval(w, step, all);
-}
-
-bool Engine::awaitServerTurn(WorkerState &w, bool push, std::unique_lock<std::mutex> &lock)
-{
-    if (m_script.empty())
-        return true;
-    const int code = push ? -(w.index + 1) : (w.index + 1);
-    m_serverCv.wait(lock, [&] {
-        return stopping() || m_scriptPos >= m_script.size() || m_script[m_scriptPos] == code;
-    });
-    if (stopping())
-        return false;
-    if (m_scriptPos < m_script.size())
-        ++m_scriptPos;
-    // Whoever is next in the script may be waiting, even if this operation goes no further.
-    m_serverCv.notify_all();
-    return true;
-}
-
-bool Engine::asyncStep(WorkerState &w, std::int64_t step)
-{
-    const auto s32 = std::uint32_t(step);
-    const std::size_t n = w.model->paramCount();
-    auto lockServer = [&](std::unique_lock<std::mutex> &lock) {
-        // Waiting for the server's lock is contention: record it as a wait of its own.
-        if (!lock.try_lock()) {
-            const std::int64_t t0 = w.rec.now();
-            lock.lock();
-            w.rec.span(Phase::Wait, s32, t0, w.rec.now());
-        }
-    };
-
-    if (m_config.maxStaleness >= 0) {
-        enter(w, Phase::Wait, step);
-        std::unique_lock lock(m_serverMutex);
-        auto ahead = [&] {
-            const std::int64_t slowest = *std::min_element(m_done.begin(), m_done.end());
-            return step - slowest > m_config.maxStaleness;
-        };
-        if (ahead()) {
-            const std::int64_t t0 = w.rec.now();
-            m_serverCv.wait(lock, [&] {
-                return stopping() || m_version >= m_config.steps || !ahead();
-            });
-            w.rec.span(Phase::Wait, s32, t0, w.rec.now());
-        }
-        if (stopping() || m_version >= m_config.steps)
-            return false;
-    }
-
-    enter(w, Phase::Pull, step);
-    {
-        std::unique_lock lock(m_serverMutex, std::defer_lock);
-        lockServer(lock);
-        if (!awaitServerTurn(w, false, lock) || m_version >= m_config.steps)
-            return false;
-        const std::int64_t t0 = w.rec.now();
-        // Finished before the lock is let go: the next push changes the master copy.
-        w.device->copyFrom(*m_sharedDevice, w.model->params(), m_master.data(), n * sizeof(float));
-        w.device->synchronize();
-        w.pulledVersion = m_version;
-        w.rec.span(Phase::Pull, s32, t0, w.rec.now(), double(m_version));
-        m_serverCv.notify_all();
-    }
-
-    computeStep(w, step);
-    if (stopping())
-        return false;
-
-    enter(w, Phase::Push, step);
-    bool evalDue = false;
-    std::int64_t version = 0;
-    {
-        std::unique_lock lock(m_serverMutex, std::defer_lock);
-        lockServer(lock);
-        if (!awaitServerTurn(w, true, lock) || m_version >= m_config.steps)
-            return false;
-        const std::int64_t t0 = w.rec.now();
-        const std::int64_t staleness = m_version - w.pulledVersion;
-        const float scale = m_config.stalenessLr ? 1.0f / float(std::max<std::int64_t>(1, staleness))
-                                                 : 1.0f;
-        const float *grads = w.model->grads();
-        if (w.device->memorySpace() != m_sharedDevice->memorySpace()) {
-            m_sharedDevice->copyFrom(*w.device, m_pushStaging.data(), grads, n * sizeof(float));
-            grads = m_pushStaging.data();
-        }
-        m_serverOptimizer->step(m_master.data(), grads, scale);
-        m_sharedDevice->synchronize();
-        version = ++m_version;
-        ++m_done[std::size_t(w.index)];
-        m_progress = version;
-        w.rec.span(Phase::Push, s32, t0, w.rec.now(), double(staleness));
-        w.rec.counter(CounterId::Staleness, s32, double(staleness));
-        w.rec.counter(CounterId::Version, s32, double(version));
-        evalDue = m_evalModel && m_config.evalEvery > 0 && version % m_config.evalEvery == 0 &&
-                  version < m_config.steps;
-        if (evalDue) // a consistent snapshot: the server's parameters at this version
-            m_sharedDevice->download(w.snapshot.data(), m_master.data(), n);
-        m_serverCv.notify_all();
-    }
-    if (evalDue)
-        evaluate(w, version, w.snapshot.data(), version);
-    return !stopping();
 }
 
 void Engine::evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version)

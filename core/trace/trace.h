@@ -95,10 +95,24 @@ public:
         m_origin = std::chrono::steady_clock::now();
         m_originTsc = readTsc();
     }
+    // Time 0 becomes the steady clock's steadyNs (as originSteadyNs() gave it, perhaps in
+    // another process of this host): processes on one host then share their run clock.
+    void restartAt(std::int64_t steadyNs)
+    {
+        const auto now = std::chrono::steady_clock::now();
+        const std::uint64_t tscNow = readTsc();
+        m_origin = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(steadyNs));
+        if (m_nsPerTick > 0)
+            m_originTsc = tscNow - std::uint64_t(std::int64_t(double((now - m_origin).count()) / m_nsPerTick));
+    }
+    std::int64_t originSteadyNs() const
+    {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(m_origin.time_since_epoch()).count();
+    }
     std::int64_t now() const
     {
         if (m_nsPerTick > 0)
-            return std::int64_t(double(readTsc() - m_originTsc) * m_nsPerTick);
+            return std::int64_t(double(std::int64_t(readTsc() - m_originTsc)) * m_nsPerTick);
         return std::chrono::duration_cast<std::chrono::nanoseconds>(
                    std::chrono::steady_clock::now() - m_origin)
             .count();

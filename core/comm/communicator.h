@@ -1,0 +1,167 @@
+// How the workers of one run reach each other. A run's workers are numbered 0..W-1 across every
+// process; this process (rank r of R) runs its contiguous share of them as threads. Two
+// implementations: in-process (one rank: threads and shared memory, the default) and MPI
+// (mpicomm.h: Open MPI ranks, in the syncopate_mpi library that only syncopate-cli links).
+// The strategies (engine/strategy.h) talk to other workers only through this seam.
+#pragma once
+
+#include "exchange.h"
+#include "trace.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+struct EvalResult;
+
+// A failure of the ranks' communication: a rank that stopped answering, a lost message.
+class CommError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A barrier that every waiter leaves early when the run is cancelled.
+class CancellableBarrier {
+public:
+    explicit CancellableBarrier(int parties) : m_parties(parties) {}
+    // False when cancelled. arrivedNs is the caller's arrival time; *releasedNs becomes the
+    // last arriver's, when the barrier opened (a waiter that resumes later was not running).
+    bool arriveAndWait(std::int64_t arrivedNs = 0, std::int64_t *releasedNs = nullptr);
+    void cancel();
+
+private:
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    int m_parties;
+    int m_waiting = 0;
+    std::uint64_t m_generation = 0;
+    std::int64_t m_releasedNs = 0;
+    bool m_cancelled = false;
+};
+
+// The sync strategy's collective. Each of this process's workers (local index l) calls, per step:
+//   prepare(l)  arrive(l)  reduce(l)  arrive(l)  finish(l) -> the mean gradient on l's device
+// The first arrive waits for every worker of the run (the barrier whose stall the timeline
+// shows); after the second every worker may read the mean.
+class SyncGroup {
+public:
+    virtual ~SyncGroup() = default;
+    // "shared memory", "host staging", "nccl", "ordered (MPI)", "MPI_Allreduce".
+    virtual std::string algorithm() const = 0;
+    // This worker's gradients are complete. Returns the bytes it moved.
+    virtual std::size_t prepare(int local) = 0;
+    // False when cancelled. *releasedNs: when the wait ended for the last to arrive.
+    virtual bool arrive(int local, std::int64_t arrivedNs, std::int64_t *releasedNs) = 0;
+    // Returns the bytes this worker moved or combined.
+    virtual std::size_t reduce(int local) = 0;
+    virtual const float *finish(int local) = 0;
+    // Every wait returns false from now on.
+    virtual void cancel() = 0;
+};
+
+// What rank 0 knows of another rank's clock: rank 0's time = the rank's time + offsetNs.
+struct ClockOffset {
+    std::int64_t offsetNs = 0;
+    std::int64_t uncertaintyNs = 0; // half the lowest round trip: the offset is within this
+};
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    // "threads" or "mpi".
+    virtual std::string kind() const = 0;
+    virtual int rank() const { return 0; }
+    virtual int ranks() const { return 1; }
+    bool root() const { return rank() == 0; }
+    // The host each rank runs on.
+    virtual std::vector<std::string> hosts() const = 0;
+
+    // The workers of rank r: [firstWorker(W, r), firstWorker(W, r + 1)).
+    int firstWorker(int workers, int rank) const { return workers * rank / ranks(); }
+    int firstWorker(int workers) const { return firstWorker(workers, rank()); }
+    int localWorkers(int workers) const
+    {
+        return firstWorker(workers, rank() + 1) - firstWorker(workers, rank());
+    }
+    int rankOfWorker(int workers, int worker) const;
+
+    // Sync: devices and grads of this process's workers, count floats each; workers in all;
+    // clock: the run's (barrier release times are on it).
+    virtual std::unique_ptr<SyncGroup> syncGroup(const std::vector<Device *> &devices,
+                                                 const std::vector<float *> &grads,
+                                                 std::size_t count, int workers,
+                                                 const RunClock &clock) = 0;
+    // Every wait inside the communicator returns false from now on (the run stops).
+    virtual void cancel() {}
+
+    // Every rank built its replicas (or failed to: localError). Throws CommError naming the
+    // rank, host and error of the first that failed, on every rank, before anything runs.
+    virtual void agreeReady(const std::string &localError) { (void)localError; }
+    // Right after each rank restarted its clock: ranks take rank 0's origin (on one host their
+    // clocks then agree) and estimate what offset to rank 0's remains.
+    virtual void startClock(RunClock &clock) { (void)clock; }
+    // Rank 0: every rank's offset at the start and (after endClock) at the end.
+    virtual std::vector<ClockOffset> clockOffsets(bool atEnd) const
+    {
+        (void)atEnd;
+        return {ClockOffset{}};
+    }
+    // On this rank's clock: the time rank 0's clock showed then (the offset at the start and
+    // the drift measured since, once known).
+    virtual std::int64_t toRootClock(std::int64_t ns) const { return ns; }
+
+    // Records of the other ranks, on rank 0's clock. Non-root ranks send theirs (batched by the
+    // caller); rank 0 appends what has arrived to out. Returns false once a rank has stopped
+    // answering or reported a failure: error() says which.
+    virtual void sendRecords(const Record *records, std::size_t count)
+    {
+        (void)records;
+        (void)count;
+    }
+    virtual bool receiveRecords(std::vector<Record> &out)
+    {
+        (void)out;
+        return true;
+    }
+    // Keeps the ranks in touch (heartbeats, stop requests); called by each rank's collector
+    // every few milliseconds. False when the run must stop: a rank failed, was stopped or
+    // stopped answering; error() names it (empty for a plain stop).
+    virtual bool poll() { return true; }
+    virtual std::string error() const { return {}; }
+    // This rank stops: the others are told, with the error when it failed.
+    virtual void announceStop(const std::string &error) { (void)error; }
+
+    // Sync evaluation: each worker's shard (local order); rank 0 gets all W in worker order.
+    // False when cancelled.
+    virtual bool gatherEval(const std::vector<EvalResult> &local, std::vector<EvalResult> &all);
+
+    // The run ended on this rank (its records sent): waits for every rank (rank 0: until each
+    // has sent all its records) and measures the clocks again. False when a rank was lost.
+    virtual bool finishRun(const RunClock &clock)
+    {
+        (void)clock;
+        return true;
+    }
+};
+
+// One process: every worker a thread, gradients averaged in shared memory (or staged / NCCL
+// between GPUs, as createGradientExchange picks).
+class InProcessCommunicator final : public Communicator {
+public:
+    std::string kind() const override { return "threads"; }
+    std::vector<std::string> hosts() const override;
+    std::unique_ptr<SyncGroup> syncGroup(const std::vector<Device *> &devices,
+                                         const std::vector<float *> &grads, std::size_t count,
+                                         int workers, const RunClock &clock) override;
+};
+
+// This machine's host name.
+std::string hostName();
+
+} // namespace syncopate

@@ -1,0 +1,646 @@
+#include "mpicomm.h"
+
+#include "model.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <type_traits>
+
+namespace syncopate {
+namespace {
+
+// Tags. Records and "done" share the records communicator, so a rank's "done" arrives after
+// every batch it sent before (MPI does not let messages of one sender overtake each other on
+// one communicator when the receive matches both).
+enum Tag : int { TagRecords = 1, TagDone, TagBeat, TagStop, TagPing, TagPong, TagOffsets, TagFin };
+
+constexpr int kHostChars = 256;
+constexpr int kErrorChars = 4096;
+constexpr int kPings = 16;
+
+using Clock = std::chrono::steady_clock;
+
+// Polling with a growing pause: prompt while a transfer completes, cheap while a rank waits
+// for a straggler on an oversubscribed machine.
+void backoff(int &spins)
+{
+    ++spins;
+    if (spins < 64)
+        std::this_thread::yield();
+    else
+        std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 20 : 200));
+}
+
+std::string rankName(int rank, const std::vector<std::string> &hosts)
+{
+    return "rank " + std::to_string(rank) + " on " +
+           (rank >= 0 && rank < int(hosts.size()) ? hosts[std::size_t(rank)] : std::string("?"));
+}
+
+} // namespace
+
+struct MpiCommunicator::Comms {
+    MPI_Comm grads = MPI_COMM_NULL, records = MPI_COMM_NULL, control = MPI_COMM_NULL,
+             eval = MPI_COMM_NULL, clock = MPI_COMM_NULL;
+    bool anyAbandoned = false; // rank 0: some rank left a collective behind; others: told so
+};
+
+struct MpiCommunicator::PendingSend {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<char> bytes;
+};
+
+bool MpiCommunicator::launchedByMpirun()
+{
+    return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
+           std::getenv("PMI_RANK");
+}
+
+MpiCommunicator::MpiCommunicator() : m_comms(std::make_unique<Comms>())
+{
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+        MPI_Finalize();
+        throw CommError("this MPI library gives no MPI_THREAD_MULTIPLE, which the workers, the "
+                        "collector and evaluation need at once (Open MPI gives it)");
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &m_ranks);
+    for (MPI_Comm *c : {&m_comms->grads, &m_comms->records, &m_comms->control, &m_comms->eval,
+                        &m_comms->clock})
+        MPI_Comm_dup(MPI_COMM_WORLD, c);
+    char host[kHostChars] = {};
+    std::strncpy(host, hostName().c_str(), kHostChars - 1);
+    std::vector<char> all(std::size_t(kHostChars) * std::size_t(m_ranks));
+    MPI_Allgather(host, kHostChars, MPI_CHAR, all.data(), kHostChars, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < m_ranks; ++r)
+        m_hosts.emplace_back(all.data() + std::size_t(r) * kHostChars);
+    m_lastHeard.assign(std::size_t(m_ranks), Clock::now());
+    m_doneRanks.assign(std::size_t(m_ranks), false);
+    m_startOffsets.assign(std::size_t(m_ranks), ClockOffset{});
+    m_endOffsets.assign(std::size_t(m_ranks), ClockOffset{});
+}
+
+MpiCommunicator::~MpiCommunicator()
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return;
+    if (m_abandoned.load() || m_comms->anyAbandoned)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    for (auto &s : m_sends)
+        MPI_Wait(&s->request, MPI_STATUS_IGNORE);
+    MPI_Finalize();
+}
+
+void MpiCommunicator::end(int exitCode)
+{
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (m_abandoned.load() || m_comms->anyAbandoned) {
+        // A collective was left behind: MPI cannot be finalised. Rank 0 has written the run by
+        // now and ends the job; the others wait for that (bounded, should rank 0 be gone).
+        if (m_rank == 0)
+            MPI_Abort(MPI_COMM_WORLD, exitCode ? exitCode : 1);
+        std::this_thread::sleep_for(std::chrono::nanoseconds(2 * m_timeoutNs) + std::chrono::seconds(10));
+        std::_Exit(exitCode ? exitCode : 1);
+    }
+    for (auto &s : m_sends)
+        MPI_Wait(&s->request, MPI_STATUS_IGNORE);
+    m_sends.clear();
+    MPI_Finalize();
+    std::exit(exitCode);
+}
+
+bool MpiCommunicator::await(void *request)
+{
+    auto *r = static_cast<MPI_Request *>(request);
+    int done = 0, spins = 0;
+    for (;;) {
+        MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (done)
+            return true;
+        if (m_cancelled.load(std::memory_order_relaxed)) {
+            m_abandoned = true;
+            return false;
+        }
+        backoff(spins);
+    }
+}
+
+void MpiCommunicator::setError(const std::string &e)
+{
+    std::lock_guard lock(m_errorMutex);
+    if (m_error.empty())
+        m_error = e;
+}
+
+std::string MpiCommunicator::error() const
+{
+    std::lock_guard lock(m_errorMutex);
+    return m_error;
+}
+
+// ---- readiness and clocks ------------------------------------------------------------------
+
+void MpiCommunicator::agreeReady(const std::string &localError)
+{
+    std::vector<char> mine(kErrorChars, 0);
+    std::strncpy(mine.data(), localError.c_str(), kErrorChars - 1);
+    std::vector<char> all(std::size_t(kErrorChars) * std::size_t(m_ranks));
+    MPI_Allgather(mine.data(), kErrorChars, MPI_CHAR, all.data(), kErrorChars, MPI_CHAR,
+                  MPI_COMM_WORLD);
+    for (int r = 0; r < m_ranks; ++r) {
+        const char *e = all.data() + std::size_t(r) * kErrorChars;
+        if (*e)
+            throw CommError(rankName(r, m_hosts) + ": " + e);
+    }
+}
+
+// NTP-style: this rank sends its time t1, rank 0 answers with its time t2, the answer arrives
+// at t3. Rank 0's clock = this clock + t2 - (t1 + t3) / 2, within half the round trip; the
+// exchange with the lowest round trip of several is kept.
+ClockOffset MpiCommunicator::measureOffset(const RunClock &clock, std::int64_t *at)
+{
+    ClockOffset best{0, std::numeric_limits<std::int64_t>::max()};
+    if (m_rank == 0) {
+        for (int r = 1; r < m_ranks; ++r)
+            for (int k = 0; k < kPings; ++k) {
+                std::int64_t t1 = 0;
+                MPI_Recv(&t1, 1, MPI_INT64_T, r, TagPing, m_comms->clock, MPI_STATUS_IGNORE);
+                const std::int64_t t2 = clock.now();
+                MPI_Send(&t2, 1, MPI_INT64_T, r, TagPong, m_comms->clock);
+            }
+        if (at)
+            *at = clock.now();
+        return {0, 0};
+    }
+    for (int k = 0; k < kPings; ++k) {
+        const std::int64_t t1 = clock.now();
+        std::int64_t t2 = 0;
+        MPI_Send(&t1, 1, MPI_INT64_T, 0, TagPing, m_comms->clock);
+        MPI_Recv(&t2, 1, MPI_INT64_T, 0, TagPong, m_comms->clock, MPI_STATUS_IGNORE);
+        const std::int64_t t3 = clock.now();
+        const std::int64_t half = (t3 - t1) / 2;
+        if (half < best.uncertaintyNs)
+            best = {t2 - (t1 + half), half};
+    }
+    if (at)
+        *at = clock.now();
+    return best;
+}
+
+void MpiCommunicator::startClock(RunClock &clock)
+{
+    std::int64_t origin = clock.originSteadyNs();
+    MPI_Bcast(&origin, 1, MPI_INT64_T, 0, m_comms->clock);
+    if (m_rank != 0)
+        clock.restartAt(origin);
+    m_offset = measureOffset(clock, nullptr);
+    m_lastHeard.assign(std::size_t(m_ranks), Clock::now());
+    m_lastBeat = Clock::now();
+}
+
+std::vector<ClockOffset> MpiCommunicator::clockOffsets(bool atEnd) const
+{
+    return atEnd ? m_endOffsets : m_startOffsets;
+}
+
+// ---- records, control ----------------------------------------------------------------------
+
+void MpiCommunicator::reapSends()
+{
+    for (auto it = m_sends.begin(); it != m_sends.end();) {
+        int done = 0;
+        MPI_Test(&(*it)->request, &done, MPI_STATUS_IGNORE);
+        it = done ? m_sends.erase(it) : std::next(it);
+    }
+}
+
+void MpiCommunicator::sendRecords(const Record *records, std::size_t count)
+{
+    if (count == 0 || m_rank == 0)
+        return;
+    auto s = std::make_unique<PendingSend>();
+    s->bytes.assign(reinterpret_cast<const char *>(records),
+                    reinterpret_cast<const char *>(records + count));
+    MPI_Isend(s->bytes.data(), int(s->bytes.size()), MPI_BYTE, 0, TagRecords, m_comms->records,
+              &s->request);
+    m_sends.push_back(std::move(s));
+}
+
+void MpiCommunicator::receiveAll()
+{
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m_comms->records, &flag, &st);
+        if (!flag)
+            return;
+        int bytes = 0;
+        MPI_Get_count(&st, MPI_BYTE, &bytes);
+        if (st.MPI_TAG == TagRecords) {
+            const std::size_t n = std::size_t(bytes) / sizeof(Record);
+            const std::size_t at = m_inbox.size();
+            m_inbox.resize(at + n);
+            MPI_Recv(m_inbox.data() + at, bytes, MPI_BYTE, st.MPI_SOURCE, TagRecords,
+                     m_comms->records, MPI_STATUS_IGNORE);
+        } else {
+            int abandoned = 0;
+            MPI_Recv(&abandoned, 1, MPI_INT, st.MPI_SOURCE, st.MPI_TAG, m_comms->records,
+                     MPI_STATUS_IGNORE);
+            if (st.MPI_TAG == TagDone) {
+                m_doneRanks[std::size_t(st.MPI_SOURCE)] = true;
+                m_comms->anyAbandoned = m_comms->anyAbandoned || abandoned;
+            }
+        }
+        m_lastHeard[std::size_t(st.MPI_SOURCE)] = Clock::now();
+    }
+}
+
+bool MpiCommunicator::receiveRecords(std::vector<Record> &out)
+{
+    if (m_rank != 0)
+        return true;
+    receiveAll();
+    out.insert(out.end(), m_inbox.begin(), m_inbox.end());
+    m_inbox.clear();
+    return true;
+}
+
+void MpiCommunicator::drainControl()
+{
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m_comms->control, &flag, &st);
+        if (!flag)
+            return;
+        int bytes = 0;
+        MPI_Get_count(&st, MPI_CHAR, &bytes);
+        std::string text(std::size_t(std::max(bytes, 0)), '\0');
+        MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, m_comms->control,
+                 MPI_STATUS_IGNORE);
+        m_lastHeard[std::size_t(st.MPI_SOURCE)] = Clock::now();
+        if (st.MPI_TAG == TagStop) {
+            m_stopped = true;
+            if (!text.empty())
+                setError(text);
+        }
+    }
+}
+
+bool MpiCommunicator::checkAlive()
+{
+    const auto now = Clock::now();
+    for (int r = 0; r < m_ranks; ++r) {
+        // Rank 0 hears from everyone, the others from rank 0.
+        if (r == m_rank || (m_rank != 0 && r != 0) || m_doneRanks[std::size_t(r)])
+            continue;
+        const auto silent = now - m_lastHeard[std::size_t(r)];
+        if (silent > std::chrono::nanoseconds(m_timeoutNs)) {
+            char seconds[32];
+            std::snprintf(seconds, sizeof seconds, "%.1f",
+                          std::chrono::duration<double>(silent).count());
+            setError(rankName(r, m_hosts) + " has not been heard from for " + seconds +
+                     " s (killed, hung or cut off: mpi.timeout_s)");
+            m_lost = true;
+            return false;
+        }
+    }
+    return true;
+}
+
+bool MpiCommunicator::poll()
+{
+    reapSends();
+    const auto now = Clock::now();
+    if (now - m_lastBeat > std::chrono::milliseconds(500)) {
+        m_lastBeat = now;
+        for (int r = 0; r < m_ranks; ++r)
+            if (r != m_rank && (m_rank == 0 || r == 0)) {
+                auto s = std::make_unique<PendingSend>();
+                MPI_Isend(nullptr, 0, MPI_CHAR, r, TagBeat, m_comms->control, &s->request);
+                m_sends.push_back(std::move(s));
+            }
+    }
+    drainControl();
+    if (m_rank == 0)
+        receiveAll(); // records and "done" count as signs of life too
+    return checkAlive() && !m_stopped;
+}
+
+void MpiCommunicator::announceStop(const std::string &error)
+{
+    m_stopped = true;
+    for (int r = 0; r < m_ranks; ++r) {
+        if (r == m_rank)
+            continue;
+        auto s = std::make_unique<PendingSend>();
+        s->bytes.assign(error.begin(), error.end());
+        MPI_Isend(s->bytes.data(), int(s->bytes.size()), MPI_CHAR, r, TagStop, m_comms->control,
+                  &s->request);
+        m_sends.push_back(std::move(s));
+    }
+}
+
+// ---- evaluation ------------------------------------------------------------------------------
+
+bool MpiCommunicator::gatherEval(const std::vector<EvalResult> &local, std::vector<EvalResult> &all)
+{
+    static_assert(std::is_trivially_copyable_v<EvalResult>, "shards travel as bytes");
+    const int mine = int(local.size() * sizeof(EvalResult));
+    std::vector<int> counts(static_cast<std::size_t>(m_ranks)), displs(counts.size());
+    MPI_Request req;
+    MPI_Igather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, m_comms->eval, &req);
+    if (!await(&req))
+        return false;
+    int total = 0;
+    for (int r = 0; r < m_ranks; ++r) {
+        displs[std::size_t(r)] = total;
+        total += counts[std::size_t(r)];
+    }
+    if (m_rank == 0)
+        all.resize(std::size_t(total) / sizeof(EvalResult));
+    MPI_Igatherv(local.data(), mine, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
+                 0, m_comms->eval, &req);
+    return await(&req);
+}
+
+// ---- the end of a run -----------------------------------------------------------------------
+
+bool MpiCommunicator::finishRun(const RunClock &clock)
+{
+    std::int64_t at = 0;
+    if (m_rank != 0) {
+        // After this rank's last records: "done", then the clock again, then both offsets.
+        int abandoned = m_abandoned.load() ? 1 : 0;
+        MPI_Send(&abandoned, 1, MPI_INT, 0, TagDone, m_comms->records);
+        m_endOffset = measureOffset(clock, &at);
+        const std::int64_t offsets[4] = {m_offset.offsetNs, m_offset.uncertaintyNs,
+                                         m_endOffset.offsetNs, m_endOffset.uncertaintyNs};
+        MPI_Send(offsets, 4, MPI_INT64_T, 0, TagOffsets, m_comms->clock);
+        int fin = 0;
+        MPI_Request req;
+        MPI_Irecv(&fin, 1, MPI_INT, 0, TagFin, m_comms->clock, &req);
+        // Rank 0 may take a while (other ranks' records); keep answering its heartbeats.
+        int done = 0, spins = 0;
+        while (!done) {
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (!done && !poll() && m_lost) {
+                MPI_Cancel(&req);
+                MPI_Wait(&req, MPI_STATUS_IGNORE);
+                m_abandoned = true;
+                return false;
+            }
+            if (!done)
+                backoff(spins);
+        }
+        m_comms->anyAbandoned = fin != 0;
+        return true;
+    }
+    // Rank 0: every rank's records up to its "done", then its clock, in rank order.
+    bool ok = true;
+    for (int r = 1; r < m_ranks && ok; ++r) {
+        int spins = 0;
+        while (!m_doneRanks[std::size_t(r)]) {
+            if (!poll() && m_lost) {
+                ok = false;
+                break;
+            }
+            backoff(spins);
+        }
+    }
+    if (ok) {
+        measureOffset(clock, &at);
+        for (int r = 1; r < m_ranks; ++r) {
+            std::int64_t offsets[4] = {};
+            MPI_Recv(offsets, 4, MPI_INT64_T, r, TagOffsets, m_comms->clock, MPI_STATUS_IGNORE);
+            m_startOffsets[std::size_t(r)] = {offsets[0], offsets[1]};
+            m_endOffsets[std::size_t(r)] = {offsets[2], offsets[3]};
+        }
+    } else {
+        m_comms->anyAbandoned = true;
+    }
+    m_comms->anyAbandoned = m_comms->anyAbandoned || m_abandoned.load();
+    const int fin = m_comms->anyAbandoned ? 1 : 0;
+    for (int r = 1; r < m_ranks && ok; ++r)
+        MPI_Send(&fin, 1, MPI_INT, r, TagFin, m_comms->clock);
+    return ok;
+}
+
+// ---- the sync group --------------------------------------------------------------------------
+
+namespace {
+
+// Each rank's first worker exchanges for the rank; the rank's other workers wait for it at a
+// local barrier. ordered: slice o of the mean belongs to rank o, which receives slice o of
+// every worker's gradient (MPI_Alltoallv, arriving in worker order), sums them in that order
+// exactly as the threads' shared-memory exchange does, and everyone gathers the slices
+// (MPI_Allgatherv): bit for bit the threads' result. mpi: MPI_Allreduce of the ranks' sums.
+class MpiSyncGroup final : public SyncGroup {
+public:
+    MpiSyncGroup(MpiCommunicator &comm, MPI_Comm c, const std::vector<Device *> &devices,
+                 const std::vector<float *> &grads, std::size_t count, int workers,
+                 bool allreduce, const Communicator &layout)
+        : m_comm(comm), m_c(c), m_devices(devices), m_grads(grads), m_count(count),
+          m_workers(workers), m_allreduce(allreduce), m_barrier(int(devices.size())),
+          m_arrivals(devices.size(), 0)
+    {
+        const int ranks = layout.ranks(), rank = layout.rank();
+        const auto local = devices.size();
+        for (std::size_t l = 0; l < local; ++l) {
+            if (devices[l]->hostAccessible()) {
+                m_host.push_back(grads[l]);
+                m_out.emplace_back();
+            } else {
+                m_staged.emplace_back(count);
+                m_host.push_back(m_staged.back().data());
+                m_out.emplace_back(*devices[l], count);
+            }
+        }
+        m_mean.resize(count);
+        if (m_allreduce)
+            return;
+        auto lo = [&](int o) { return int(count * std::size_t(o) / std::size_t(ranks)); };
+        m_myLo = lo(rank);
+        m_myN = lo(rank + 1) - m_myLo;
+        int sent = 0, received = 0;
+        for (int o = 0; o < ranks; ++o) {
+            const int n = lo(o + 1) - lo(o);
+            m_sendCounts.push_back(int(local) * n);
+            m_sendDispls.push_back(sent);
+            sent += int(local) * n;
+            const int theirs = layout.firstWorker(workers, o + 1) - layout.firstWorker(workers, o);
+            m_recvCounts.push_back(theirs * m_myN);
+            m_recvDispls.push_back(received);
+            received += theirs * m_myN;
+            m_sliceCounts.push_back(n);
+            m_sliceDispls.push_back(lo(o));
+        }
+        m_send.resize(std::size_t(sent));
+        m_recv.resize(std::size_t(received));
+    }
+
+    std::string algorithm() const override
+    {
+        return m_allreduce ? "MPI_Allreduce" : "ordered (MPI_Alltoallv + MPI_Allgatherv)";
+    }
+
+    std::size_t prepare(int local) override
+    {
+        const auto l = std::size_t(local);
+        if (m_staged.empty() || m_devices[l]->hostAccessible())
+            return 0;
+        m_devices[l]->download(m_host[l], m_grads[l], m_count);
+        return m_count * sizeof(float);
+    }
+
+    bool arrive(int local, std::int64_t arrivedNs, std::int64_t *releasedNs) override
+    {
+        const bool first = (m_arrivals[std::size_t(local)]++ & 1) == 0;
+        if (!m_barrier.arriveAndWait(arrivedNs, releasedNs))
+            return false;
+        if (!first)
+            return m_ok;
+        // The run's barrier: the rank's first worker meets the other ranks.
+        if (local == 0) {
+            MPI_Request req;
+            MPI_Ibarrier(m_c, &req);
+            m_ok = m_comm.await(&req);
+            m_releasedNs = clockNow();
+        }
+        if (!m_barrier.arriveAndWait())
+            return false;
+        if (releasedNs)
+            *releasedNs = std::max(*releasedNs, m_releasedNs);
+        return m_ok;
+    }
+
+    std::size_t reduce(int local) override
+    {
+        std::size_t moved = 0;
+        if (local == 0 && m_ok)
+            moved = exchange();
+        m_barrier.arriveAndWait();
+        return moved;
+    }
+
+    const float *finish(int local) override
+    {
+        const auto l = std::size_t(local);
+        if (m_devices[l]->hostAccessible())
+            return m_mean.data();
+        m_devices[l]->upload(m_out[l].data(), m_mean.data(), m_count);
+        return m_out[l].data();
+    }
+
+    void cancel() override
+    {
+        m_comm.cancel();
+        m_barrier.cancel();
+    }
+
+    void setClock(const RunClock *clock) { m_clock = clock; }
+
+private:
+    std::int64_t clockNow() const { return m_clock ? m_clock->now() : 0; }
+
+    std::size_t exchange()
+    {
+        const std::size_t local = m_host.size();
+        MPI_Request req;
+        if (m_allreduce) {
+            std::copy(m_host[0], m_host[0] + m_count, m_mean.begin());
+            for (std::size_t l = 1; l < local; ++l)
+                for (std::size_t i = 0; i < m_count; ++i)
+                    m_mean[i] += m_host[l][i];
+            MPI_Iallreduce(MPI_IN_PLACE, m_mean.data(), int(m_count), MPI_FLOAT, MPI_SUM, m_c, &req);
+            if (!(m_ok = m_comm.await(&req)))
+                return 0;
+            if (m_workers > 1) {
+                const float inv = 1.0f / float(m_workers);
+                for (float &v : m_mean)
+                    v *= inv;
+            }
+            return 2 * m_count * sizeof(float);
+        }
+        // Slice o of each of this rank's workers, in worker order, for rank o.
+        float *out = m_send.data();
+        for (std::size_t o = 0; o < m_sliceCounts.size(); ++o)
+            for (std::size_t l = 0; l < local; ++l) {
+                const float *from = m_host[l] + m_sliceDispls[o];
+                out = std::copy(from, from + m_sliceCounts[o], out);
+            }
+        MPI_Ialltoallv(m_send.data(), m_sendCounts.data(), m_sendDispls.data(), MPI_FLOAT,
+                       m_recv.data(), m_recvCounts.data(), m_recvDispls.data(), MPI_FLOAT, m_c,
+                       &req);
+        if (!(m_ok = m_comm.await(&req)))
+            return 0;
+        // The same arithmetic as the shared-memory exchange: copy, add in worker order, scale.
+        float *dst = m_mean.data() + m_myLo;
+        const std::size_t n = std::size_t(m_myN);
+        std::copy(m_recv.data(), m_recv.data() + n, dst);
+        for (int k = 1; k < m_workers; ++k) {
+            const float *g = m_recv.data() + std::size_t(k) * n;
+            for (std::size_t i = 0; i < n; ++i)
+                dst[i] += g[i];
+        }
+        if (m_workers > 1) {
+            const float inv = 1.0f / float(m_workers);
+            for (std::size_t i = 0; i < n; ++i)
+                dst[i] *= inv;
+        }
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, m_mean.data(), m_sliceCounts.data(),
+                        m_sliceDispls.data(), MPI_FLOAT, m_c, &req);
+        if (!(m_ok = m_comm.await(&req)))
+            return 0;
+        return (m_send.size() + m_recv.size() + 2 * m_count) * sizeof(float);
+    }
+
+    MpiCommunicator &m_comm;
+    MPI_Comm m_c;
+    std::vector<Device *> m_devices;
+    std::vector<float *> m_grads;
+    std::size_t m_count;
+    int m_workers;
+    bool m_allreduce;
+    CancellableBarrier m_barrier;
+    std::vector<std::uint64_t> m_arrivals; // per local worker: even = the run's barrier
+    const RunClock *m_clock = nullptr;
+    bool m_ok = true;            // written by the leader between two local barriers
+    std::int64_t m_releasedNs = 0;
+    std::vector<float *> m_host; // each local worker's gradients in host memory
+    std::vector<std::vector<float>> m_staged;
+    std::vector<DeviceBuffer> m_out;
+    std::vector<float> m_mean;
+    int m_myLo = 0, m_myN = 0;
+    std::vector<int> m_sendCounts, m_sendDispls, m_recvCounts, m_recvDispls;
+    std::vector<int> m_sliceCounts, m_sliceDispls;
+    std::vector<float> m_send, m_recv;
+};
+
+} // namespace
+
+std::unique_ptr<SyncGroup> MpiCommunicator::syncGroup(const std::vector<Device *> &devices,
+                                                      const std::vector<float *> &grads,
+                                                      std::size_t count, int workers,
+                                                      const RunClock &clock)
+{
+    if (count > std::size_t(std::numeric_limits<int>::max()))
+        throw CommError("the model's " + std::to_string(count) +
+                        " parameters exceed what one MPI message counts (2^31 - 1)");
+    auto g = std::make_unique<MpiSyncGroup>(*this, m_comms->grads, devices, grads, count, workers,
+                                            m_mpiAllreduce, *this);
+    g->setClock(&clock);
+    return g;
+}
+
+} // namespace syncopate

@@ -1,0 +1,105 @@
+// The Communicator over Open MPI ranks (syncopate_mpi; only syncopate-cli links it, the GUI
+// starts mpirun as a child and never needs MPI itself).
+//
+// Each rank runs its share of the run's workers as threads. Traffic goes on separate
+// communicators: gradients (the sync group), records (batches to rank 0), control (heartbeats
+// and stops), evaluation, clock. Every wait polls its nonblocking request, so a stop or a lost
+// rank ends it: no thread is ever stuck inside MPI.
+#pragma once
+
+#include "communicator.h"
+
+#include <atomic>
+#include <chrono>
+#include <list>
+#include <memory>
+#include <mutex>
+
+namespace syncopate {
+
+class MpiCommunicator final : public Communicator {
+public:
+    // Whether this process was started by mpirun (Open MPI, or another PMI launcher).
+    static bool launchedByMpirun();
+
+    // MPI_Init_thread with MPI_THREAD_MULTIPLE. Throws CommError when MPI cannot give it.
+    MpiCommunicator();
+    // MPI_Finalize after a clean run; see end().
+    ~MpiCommunicator() override;
+
+    // A rank silent this long (no heartbeat) is lost.
+    void setTimeout(double seconds) { m_timeoutNs = std::int64_t(seconds * 1e9); }
+
+    std::string kind() const override { return "mpi"; }
+    int rank() const override { return m_rank; }
+    int ranks() const override { return m_ranks; }
+    std::vector<std::string> hosts() const override { return m_hosts; }
+
+    std::unique_ptr<SyncGroup> syncGroup(const std::vector<Device *> &devices,
+                                         const std::vector<float *> &grads, std::size_t count,
+                                         int workers, const RunClock &clock) override;
+    // Whether sync averages with MPI_Allreduce instead of the ordered exchange.
+    void setAllreduce(bool mpi) { m_mpiAllreduce = mpi; }
+
+    void agreeReady(const std::string &localError) override;
+    void startClock(RunClock &clock) override;
+    std::vector<ClockOffset> clockOffsets(bool atEnd) const override;
+    std::int64_t toRootClock(std::int64_t ns) const override { return ns + m_offset.offsetNs; }
+
+    void sendRecords(const Record *records, std::size_t count) override;
+    bool receiveRecords(std::vector<Record> &out) override;
+    bool poll() override;
+    std::string error() const override;
+    void announceStop(const std::string &error) override;
+    bool gatherEval(const std::vector<EvalResult> &local, std::vector<EvalResult> &all) override;
+    bool finishRun(const RunClock &clock) override;
+
+    // The process ends: a clean run finalises MPI; one that left a collective behind (a stop
+    // or a failure mid-step) has rank 0 abort the job with exitCode once it has written the
+    // run, and the others wait for that.
+    [[noreturn]] void end(int exitCode);
+
+    // Polls req until it completes (true) or the run is cancelled or a rank lost (false).
+    bool await(void *request);
+    void cancel() override { m_cancelled = true; }
+    // Set when a wait gave up on a request that may never complete.
+    void markAbandoned() { m_abandoned = true; }
+
+private:
+    struct Comms;
+    std::unique_ptr<Comms> m_comms;
+    int m_rank = 0, m_ranks = 1;
+    std::vector<std::string> m_hosts;
+    bool m_mpiAllreduce = false;
+    std::int64_t m_timeoutNs = 10'000'000'000;
+    std::atomic<bool> m_cancelled{false};
+    std::atomic<bool> m_abandoned{false};
+
+    // Clock: this rank's offset to rank 0 (start, end) and, on rank 0, everyone's.
+    ClockOffset measureOffset(const RunClock &clock, std::int64_t *at);
+    ClockOffset m_offset, m_endOffset;
+    std::vector<ClockOffset> m_startOffsets, m_endOffsets;
+
+    // Control: heartbeats, stops, lost ranks. Only the collector thread calls poll().
+    std::chrono::steady_clock::time_point m_lastBeat{};
+    std::vector<std::chrono::steady_clock::time_point> m_lastHeard;
+    mutable std::mutex m_errorMutex;
+    std::string m_error;
+    bool m_stopped = false;
+    bool m_lost = false; // a rank stopped answering
+    void setError(const std::string &e);
+    void drainControl();
+    bool checkAlive();
+
+    // Sends still in flight, with their buffers.
+    struct PendingSend;
+    std::list<std::unique_ptr<PendingSend>> m_sends;
+    void reapSends();
+
+    // Rank 0: record batches that arrived, and which ranks are done.
+    std::vector<Record> m_inbox;
+    std::vector<bool> m_doneRanks;
+    void receiveAll();
+};
+
+} // namespace syncopate
