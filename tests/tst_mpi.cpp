@@ -1,0 +1,177 @@
+// Workers as Open MPI ranks: mpirun -np 4 (oversubscribed, as root where need be) against the
+// same run as four threads of one process.
+#include "safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <QFile>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <cmath>
+#include <fstream>
+
+using nlohmann::json;
+using namespace syncopate;
+
+class TestMpi : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void ranksEqualThreadsBitForBit();
+    void mpiAllreduceWithinTolerance();
+    void oneHostClocksAgree();
+    void setupErrorNamesTheRank();
+
+private:
+    // Runs syncopate-cli run (under mpirun with ranks > 0) into dir; returns its exit code.
+    int run(int ranks, const QString &dir, const QStringList &sets = {}, QString *output = nullptr);
+    static std::vector<float> params(const QString &dir);
+    static json summary(const QString &dir);
+
+    QTemporaryDir m_tmp;
+    QString m_config;
+    QString m_threads; // the reference: 4 threads in one process
+};
+
+void TestMpi::initTestCase()
+{
+    QVERIFY(m_tmp.isValid());
+    m_config = m_tmp.filePath(QStringLiteral("config.json"));
+    std::ofstream(m_config.toStdString())
+        << R"({"mode": "sync", "workers": 4, "model": {"layers": [16, 64, 64, 4]},
+              "train": {"steps": 30, "batch": 16}, "eval": {"every": 10, "samples": 200}})";
+    m_threads = m_tmp.filePath(QStringLiteral("threads"));
+    QString out;
+    QCOMPARE(run(0, m_threads, {}, &out), 0);
+}
+
+int TestMpi::run(int ranks, const QString &dir, const QStringList &sets, QString *output)
+{
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    // CI runs as root; Open MPI refuses that unless told twice.
+    env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT"), QStringLiteral("1"));
+    env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"), QStringLiteral("1"));
+    p.setProcessEnvironment(env);
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    QStringList args;
+    if (ranks > 0)
+        args << QStringLiteral("-np") << QString::number(ranks) << QStringLiteral("--oversubscribe")
+             << QStringLiteral(SYNCOPATE_CLI);
+    args << QStringLiteral("run") << QStringLiteral("--config") << m_config << QStringLiteral("--out")
+         << dir;
+    for (const QString &s : sets)
+        args << QStringLiteral("--set") << s;
+    p.start(ranks > 0 ? QStringLiteral(SYNCOPATE_MPIEXEC) : QStringLiteral(SYNCOPATE_CLI), args);
+    if (!p.waitForFinished(240000)) {
+        p.kill();
+        p.waitForFinished();
+        qWarning("timed out: %s", p.readAll().constData());
+        return -1;
+    }
+    const QString said = QString::fromLocal8Bit(p.readAll());
+    if (output)
+        *output = said;
+    if (p.exitCode() != 0)
+        qWarning("%s", qPrintable(said));
+    return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+}
+
+std::vector<float> TestMpi::params(const QString &dir)
+{
+    std::vector<float> all;
+    for (const auto &[name, t] : readSafetensors(QString(dir + QStringLiteral("/params-final.safetensors")).toStdString()))
+        all.insert(all.end(), t.data.begin(), t.data.end());
+    return all;
+}
+
+json TestMpi::summary(const QString &dir)
+{
+    std::ifstream in(QString(dir + QStringLiteral("/summary.json")).toStdString());
+    return json::parse(in);
+}
+
+void TestMpi::ranksEqualThreadsBitForBit()
+{
+    // 4 ranks of 1 worker and 2 ranks of 2: the ordered all-reduce sums in worker order.
+    const QString four = m_tmp.filePath(QStringLiteral("four"));
+    QString out;
+    QCOMPARE(run(4, four, {}, &out), 0);
+    QVERIFY2(out.contains(QStringLiteral("4 ranks x 1 workers")), qPrintable(out));
+    const auto reference = params(m_threads);
+    QVERIFY2(params(four) == reference, "4 ranks differ from 4 threads");
+    const json s = summary(four);
+    QCOMPARE(s["status"].get<std::string>(), std::string("finished"));
+    QCOMPARE(s["ranks"].size(), std::size_t(4));
+    QCOMPARE(s["reduce"]["algorithm"].get<std::string>().rfind("ordered", 0), std::size_t(0));
+    // Every worker's row landed in rank 0's store, with as many steps as the threads' run.
+    QVERIFY(s["steps_completed"] == summary(m_threads)["steps_completed"]);
+    QVERIFY(s["final_eval_loss"] == summary(m_threads)["final_eval_loss"]);
+    for (int w = 0; w < 4; ++w)
+        QVERIFY(QFile::exists(four + QStringLiteral("/w%1.syr").arg(w)));
+
+    const QString two = m_tmp.filePath(QStringLiteral("two"));
+    QCOMPARE(run(2, two, {QStringLiteral("mpi.workers_per_rank=2")}), 0);
+    QVERIFY2(params(two) == reference, "2 ranks x 2 workers differ from 4 threads");
+}
+
+void TestMpi::mpiAllreduceWithinTolerance()
+{
+    // MPI_Allreduce sums in its own order: equal to rounding. Three steps, so that rounding
+    // differences have not been amplified by training.
+    const QString ordered = m_tmp.filePath(QStringLiteral("ordered3"));
+    const QString mpi = m_tmp.filePath(QStringLiteral("mpi3"));
+    const QStringList three{QStringLiteral("train.steps=3"), QStringLiteral("eval.samples=0")};
+    QCOMPARE(run(4, ordered, three), 0);
+    QCOMPARE(run(4, mpi, three + QStringList{QStringLiteral("sync.allreduce=mpi")}), 0);
+    QCOMPARE(summary(mpi)["reduce"]["algorithm"].get<std::string>(), std::string("MPI_Allreduce"));
+    const auto a = params(ordered), b = params(mpi);
+    QCOMPARE(a.size(), b.size());
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff += double(a[i] - b[i]) * double(a[i] - b[i]);
+        norm += double(a[i]) * double(a[i]);
+    }
+    const double rel = std::sqrt(diff / norm);
+    qInfo("MPI_Allreduce vs ordered: relative difference %.3g", rel);
+    QVERIFY2(rel < 1e-6, qPrintable(QString::number(rel)));
+}
+
+void TestMpi::oneHostClocksAgree()
+{
+    // On one host the ranks share rank 0's clock origin: the measured offsets are 0 to within
+    // their uncertainty (half the lowest round trip), plus a little for the calibration of
+    // each process's time-stamp counter.
+    const json s = summary(m_tmp.filePath(QStringLiteral("four")));
+    for (const auto &r : s["ranks"]) {
+        for (const char *which : {"", "_end"}) {
+            const auto offset = r[std::string("clock_offset") + which + "_ns"].get<std::int64_t>();
+            const auto within = r[std::string("clock_uncertainty") + which + "_ns"].get<std::int64_t>();
+            QVERIFY2(std::llabs(offset) <= within + 200'000,
+                     qPrintable(QStringLiteral("rank %1: offset %2 ns, uncertainty %3 ns")
+                                    .arg(r["rank"].get<int>()).arg(offset).arg(within)));
+        }
+    }
+}
+
+void TestMpi::setupErrorNamesTheRank()
+{
+    // A data file that does not exist: every rank fails the same way, and the run refuses to
+    // start with the rank and host named, exit non-zero, nothing written.
+    const QString dir = m_tmp.filePath(QStringLiteral("bad"));
+    QString out;
+    const int code = run(2, dir,
+                         {QStringLiteral("data.source=idx"), QStringLiteral("data.images=/nonexistent/images.idx"),
+                          QStringLiteral("data.labels=/nonexistent/labels.idx"), QStringLiteral("model.layers=[784,10]")},
+                         &out);
+    QVERIFY2(code != 0, qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("rank 0 on ")), qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("/nonexistent/images.idx")), qPrintable(out));
+    QVERIFY(!QFile::exists(dir + QStringLiteral("/summary.json")));
+}
+
+QTEST_GUILESS_MAIN(TestMpi)
+#include "tst_mpi.moc"
