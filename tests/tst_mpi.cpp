@@ -9,7 +9,11 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <QDir>
+
+#include <csignal>
 #include <cmath>
+#include <sys/types.h>
 #include <fstream>
 
 using nlohmann::json;
@@ -24,6 +28,7 @@ private slots:
     void mpiAllreduceWithinTolerance();
     void oneHostClocksAgree();
     void setupErrorNamesTheRank();
+    void hungRankEndsTheRun();
 
 private:
     // Runs syncopate-cli run (under mpirun with ranks > 0) into dir; returns its exit code.
@@ -171,6 +176,76 @@ void TestMpi::setupErrorNamesTheRank()
     QVERIFY2(out.contains(QStringLiteral("rank 0 on ")), qPrintable(out));
     QVERIFY2(out.contains(QStringLiteral("/nonexistent/images.idx")), qPrintable(out));
     QVERIFY(!QFile::exists(dir + QStringLiteral("/summary.json")));
+}
+
+// The PID of the given rank among mpirun's children (Open MPI puts the rank in each one's
+// environment).
+static qint64 rankPid(qint64 mpirun, int rank)
+{
+    QDir proc(QStringLiteral("/proc"));
+    const QByteArray want = "OMPI_COMM_WORLD_RANK=" + QByteArray::number(rank);
+    for (const QString &entry : proc.entryList(QDir::Dirs)) {
+        bool isPid = false;
+        const qint64 pid = entry.toLongLong(&isPid);
+        if (!isPid)
+            continue;
+        QFile stat(QStringLiteral("/proc/%1/stat").arg(pid));
+        if (!stat.open(QIODevice::ReadOnly))
+            continue;
+        const QList<QByteArray> fields = stat.readAll().split(' ');
+        // Field 4 is the parent (the command in field 2 has no spaces here).
+        if (fields.size() < 4 || fields[3].toLongLong() != mpirun)
+            continue;
+        QFile env(QStringLiteral("/proc/%1/environ").arg(pid));
+        if (env.open(QIODevice::ReadOnly) && env.readAll().split('\0').contains(want))
+            return pid;
+    }
+    return -1;
+}
+
+void TestMpi::hungRankEndsTheRun()
+{
+    // Rank 2 stops (SIGSTOP: alive but silent). Within mpi.timeout_s the others notice, rank 0
+    // keeps the run with an error naming rank and host, and the job exits non-zero.
+    const QString dir = m_tmp.filePath(QStringLiteral("hung"));
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT"), QStringLiteral("1"));
+    env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"), QStringLiteral("1"));
+    p.setProcessEnvironment(env);
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(QStringLiteral(SYNCOPATE_MPIEXEC),
+            {QStringLiteral("-np"), QStringLiteral("3"), QStringLiteral("--oversubscribe"),
+             QStringLiteral(SYNCOPATE_CLI), QStringLiteral("run"), QStringLiteral("--config"), m_config,
+             QStringLiteral("--out"), dir, QStringLiteral("--set"), QStringLiteral("train.steps=100000000"),
+             QStringLiteral("--set"), QStringLiteral("mpi.timeout_s=2")});
+    QVERIFY(p.waitForStarted());
+    QByteArray said;
+    while (!said.contains("Ctrl-C stops") && p.state() == QProcess::Running) {
+        p.waitForReadyRead(1000);
+        said += p.readAll();
+    }
+    QVERIFY2(said.contains("Ctrl-C stops"), said.constData());
+    // Training is under way once rank 0 has written some steps.
+    QTRY_VERIFY_WITH_TIMEOUT(QFile(dir + QStringLiteral("/metrics.csv")).size() > 200, 60000);
+    const qint64 pid = rankPid(p.processId(), 2);
+    QVERIFY(pid > 0);
+    QCOMPARE(::kill(pid_t(pid), SIGSTOP), 0);
+    const bool ended = p.waitForFinished(120000);
+    ::kill(pid_t(pid), SIGKILL);
+    if (!ended) {
+        p.kill();
+        p.waitForFinished();
+    }
+    said += p.readAll();
+    QVERIFY2(ended, said.constData());
+    QVERIFY(p.exitCode() != 0);
+    const json s = summary(dir);
+    QCOMPARE(s["status"].get<std::string>(), std::string("failed"));
+    const std::string error = s["error"];
+    QVERIFY2(error.find("rank 2 on ") != std::string::npos && error.find("not been heard from") != std::string::npos,
+             error.c_str());
+    QVERIFY(s["steps_completed"].get<std::int64_t>() > 0);
 }
 
 QTEST_GUILESS_MAIN(TestMpi)
