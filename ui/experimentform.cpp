@@ -156,6 +156,16 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     addField(run, "async.max_staleness", bound, tr("Staleness bound"));
     addField(run, "async.staleness_lr", new QCheckBox(tr("lr / staleness")), tr("Staleness-aware lr"));
 
+    // Used when the run goes over MPI ranks (mpirun -np N syncopate-cli run); saved with the
+    // config like every other key.
+    QFormLayout *ranks = group(tr("MPI ranks"));
+    addField(ranks, "sync.allreduce", enumCombo("sync.allreduce"), tr("All-reduce"));
+    addField(ranks, "mpi.workers_per_rank", intSpin(1, 256), tr("Workers per rank"));
+    auto *timeout = new QDoubleSpinBox;
+    timeout->setRange(0.5, 3600);
+    timeout->setSuffix(tr(" s"));
+    addField(ranks, "mpi.timeout_s", timeout, tr("Lost-rank timeout"));
+
     QFormLayout *model = group(tr("Model"));
     auto *layers = new QLineEdit;
     layers->setPlaceholderText(tr("by data source, e.g. 32, 256, 256, 10"));
