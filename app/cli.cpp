@@ -21,6 +21,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -300,15 +301,14 @@ int commandRun(const std::vector<std::string> &args)
     // Said once the handlers are in place, so a script (or a test) knows from here on that an
     // interrupt stops the run and keeps it.
     if (g_root) {
-        if (comm)
+        if (comm) {
+            const auto all = comm->hosts();
+            std::string hosts;
+            for (const auto &name : std::set<std::string>(all.begin(), all.end()))
+                hosts += (hosts.empty() ? "" : ", ") + name;
             std::fprintf(stderr, "%d ranks x %d workers on %s\n", comm->ranks(),
-                         prepared.config.workers / comm->ranks(), [&] {
-                             std::string h;
-                             for (const auto &name : comm->hosts())
-                                 if (h.find(name) == std::string::npos)
-                                     h += (h.empty() ? "" : ", ") + name;
-                             return h;
-                         }().c_str());
+                         prepared.config.workers / comm->ranks(), hosts.c_str());
+        }
         std::fprintf(stderr, "running into %s: Ctrl-C stops and keeps what ran\n", outDir.c_str());
     }
     std::fflush(stderr);
@@ -326,19 +326,19 @@ int commandRun(const std::vector<std::string> &args)
         drawProgress(engine.progress(), prepared.config.steps, double(engine.elapsedNs()) / 1e9);
         std::fputc('\n', stderr);
     }
+    const int code = engine.state() == RunState::Finished  ? 0
+                     : engine.state() == RunState::Stopped ? 130
+                                                           : 1;
     if (!g_root) {
-        if (!engine.error().empty() && engine.error().find("rank " + std::to_string(comm->rank()) + " ") != std::string::npos)
-            std::fprintf(stderr, "rank %d: %s\n", comm->rank(), engine.error().c_str());
-        return engine.state() == RunState::Finished ? 0 : engine.state() == RunState::Stopped ? 130 : 1;
+        // Rank 0 prints the run's error; a rank adds its own when it is the one named.
+        if (engine.error().find(comm->rankName(comm->rank())) != std::string::npos)
+            std::fprintf(stderr, "%s\n", engine.error().c_str());
+        return code;
     }
     printSummary(prepared.config, engine.summary(), outDir);
     if (images && !writeImages(outDir, fromStep, toStep))
         return 1;
-    switch (engine.state()) {
-    case RunState::Finished: return 0;
-    case RunState::Stopped: return 130;
-    default: return 1;
-    }
+    return code;
 }
 
 std::string humanBytes(double b)

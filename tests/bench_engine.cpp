@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -281,6 +283,8 @@ void spanCost()
     Recorder rec(0, clock, ring);
     std::atomic<std::int64_t> collectNs{0}, collected{0};
     std::atomic<bool> done{false};
+    std::mutex doneMutex;
+    std::condition_variable doneCv;
     // The collector streams what it drains as a run does: row file and summaries.
     const std::string dir = "/tmp/syncopate-bench-span-" + std::to_string(::getpid());
     std::filesystem::create_directories(dir);
@@ -300,10 +304,15 @@ void spanCost()
             collectNs += std::int64_t(seconds(a, Clock::now()) * 1e9);
             collected += std::int64_t(out.size());
         };
+        // Every 500 us, as the engine's collector polls, or at once when the loops are done.
+        std::unique_lock lock(doneMutex);
         while (!done.load()) {
+            lock.unlock();
             take();
-            std::this_thread::sleep_for(std::chrono::microseconds(500));
+            lock.lock();
+            doneCv.wait_for(lock, std::chrono::microseconds(500), [&] { return done.load(); });
         }
+        lock.unlock();
         take();
         file.flush();
     });
@@ -322,7 +331,11 @@ void spanCost()
         ScopedSpan s(&rec, Phase::Reduce, std::uint32_t(i));
     }
     const double tScoped = seconds(a2, Clock::now());
-    done = true;
+    {
+        std::lock_guard lock(doneMutex);
+        done = true;
+    }
+    doneCv.notify_all();
     collector.join();
     const auto b = Clock::now();
     volatile std::int64_t sink = 0;

@@ -53,7 +53,7 @@ public:
                         b.dominant = std::uint8_t(phase), b.share = 255;
                     continue;
                 }
-                close(lv);
+                RowLod::close(lv);
                 lv.open = i;
             }
             std::int64_t &ns = lv.openNs[phase];
@@ -66,7 +66,7 @@ public:
         for (Level &lv : m_levels) {
             const std::int64_t open = lv.open;
             auto ns = lv.openNs;
-            close(lv);
+            RowLod::close(lv);
             lv.open = open;
             lv.openNs = ns;
         }
@@ -95,26 +95,6 @@ public:
     std::uint64_t m_spans = 0;
     std::int64_t m_maxEnd = 0;
 
-private:
-    static void close(Level &lv)
-    {
-        if (lv.open < 0 || std::size_t(lv.open) >= lv.buckets.size())
-            return;
-        double total = 0;
-        std::size_t best = 0;
-        for (std::size_t p = 0; p < lv.openNs.size(); ++p) {
-            total += double(std::max<std::int64_t>(0, lv.openNs[p]));
-            if (lv.openNs[p] > lv.openNs[best])
-                best = p;
-        }
-        LodBucket &b = lv.buckets[std::size_t(lv.open)];
-        if (total > 0) {
-            b.dominant = std::uint8_t(best);
-            b.share = std::uint8_t(std::clamp(double(lv.openNs[best]) * 255.0 / total, 0.0, 255.0));
-        }
-        lv.openNs.fill(0);
-        lv.open = -1;
-    }
 };
 
 // How a stream is drawn: gaps between spans, how often and how far a span starts early, and how

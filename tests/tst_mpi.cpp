@@ -31,7 +31,9 @@ private slots:
     void hungRankEndsTheRun();
 
 private:
-    // Runs syncopate-cli run (under mpirun with ranks > 0) into dir; returns its exit code.
+    // Starts syncopate-cli run (under mpirun with ranks > 0) into dir.
+    void start(QProcess &p, int ranks, const QString &dir, const QStringList &sets);
+    // The same, to its end; returns its exit code.
     int run(int ranks, const QString &dir, const QStringList &sets = {}, QString *output = nullptr);
     static std::vector<float> params(const QString &dir);
     static json summary(const QString &dir);
@@ -53,9 +55,8 @@ void TestMpi::initTestCase()
     QCOMPARE(run(0, m_threads, {}, &out), 0);
 }
 
-int TestMpi::run(int ranks, const QString &dir, const QStringList &sets, QString *output)
+void TestMpi::start(QProcess &p, int ranks, const QString &dir, const QStringList &sets)
 {
-    QProcess p;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     // CI runs as root; Open MPI refuses that unless told twice.
     env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT"), QStringLiteral("1"));
@@ -71,6 +72,12 @@ int TestMpi::run(int ranks, const QString &dir, const QStringList &sets, QString
     for (const QString &s : sets)
         args << QStringLiteral("--set") << s;
     p.start(ranks > 0 ? QStringLiteral(SYNCOPATE_MPIEXEC) : QStringLiteral(SYNCOPATE_CLI), args);
+}
+
+int TestMpi::run(int ranks, const QString &dir, const QStringList &sets, QString *output)
+{
+    QProcess p;
+    start(p, ranks, dir, sets);
     if (!p.waitForFinished(240000)) {
         p.kill();
         p.waitForFinished();
@@ -209,16 +216,7 @@ void TestMpi::hungRankEndsTheRun()
     // keeps the run with an error naming rank and host, and the job exits non-zero.
     const QString dir = m_tmp.filePath(QStringLiteral("hung"));
     QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT"), QStringLiteral("1"));
-    env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"), QStringLiteral("1"));
-    p.setProcessEnvironment(env);
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(QStringLiteral(SYNCOPATE_MPIEXEC),
-            {QStringLiteral("-np"), QStringLiteral("3"), QStringLiteral("--oversubscribe"),
-             QStringLiteral(SYNCOPATE_CLI), QStringLiteral("run"), QStringLiteral("--config"), m_config,
-             QStringLiteral("--out"), dir, QStringLiteral("--set"), QStringLiteral("train.steps=100000000"),
-             QStringLiteral("--set"), QStringLiteral("mpi.timeout_s=2")});
+    start(p, 3, dir, {QStringLiteral("train.steps=100000000"), QStringLiteral("mpi.timeout_s=2")});
     QVERIFY(p.waitForStarted());
     QByteArray said;
     while (!said.contains("Ctrl-C stops") && p.state() == QProcess::Running) {

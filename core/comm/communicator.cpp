@@ -45,6 +45,13 @@ std::string hostName()
     return name;
 }
 
+std::string Communicator::rankName(int rank) const
+{
+    const auto h = hosts();
+    return "rank " + std::to_string(rank) + " on " +
+           (rank >= 0 && rank < int(h.size()) ? h[std::size_t(rank)] : std::string("?"));
+}
+
 int Communicator::rankOfWorker(int workers, int worker) const
 {
     for (int r = ranks() - 1; r > 0; --r)

@@ -81,6 +81,8 @@ public:
     bool root() const { return rank() == 0; }
     // The host each rank runs on.
     virtual std::vector<std::string> hosts() const = 0;
+    // "rank 2 on node7", as errors name a rank.
+    std::string rankName(int rank) const;
 
     // The workers of rank r: [firstWorker(W, r), firstWorker(W, r + 1)).
     int firstWorker(int workers, int rank) const { return workers * rank / ranks(); }
@@ -119,11 +121,8 @@ public:
     // Records of the other ranks, on rank 0's clock. Non-root ranks send theirs (batched by the
     // caller); rank 0 appends what has arrived to out. Returns false once a rank has stopped
     // answering or reported a failure: error() says which.
-    virtual void sendRecords(const Record *records, std::size_t count)
-    {
-        (void)records;
-        (void)count;
-    }
+    // Takes the batch's records (leaves it empty).
+    virtual void sendRecords(std::vector<Record> &batch) { batch.clear(); }
     virtual bool receiveRecords(std::vector<Record> &out)
     {
         (void)out;

@@ -36,10 +36,14 @@ void backoff(int &spins)
         std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 20 : 200));
 }
 
-std::string rankName(int rank, const std::vector<std::string> &hosts)
+// A message waiting on c, from anyone with any tag: its status and size in bytes.
+bool probe(MPI_Comm c, MPI_Status &st, int &bytes)
 {
-    return "rank " + std::to_string(rank) + " on " +
-           (rank >= 0 && rank < int(hosts.size()) ? hosts[std::size_t(rank)] : std::string("?"));
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c, &flag, &st);
+    if (flag)
+        MPI_Get_count(&st, MPI_BYTE, &bytes);
+    return flag != 0;
 }
 
 } // namespace
@@ -52,7 +56,8 @@ struct MpiCommunicator::Comms {
 
 struct MpiCommunicator::PendingSend {
     MPI_Request request = MPI_REQUEST_NULL;
-    std::vector<char> bytes;
+    std::vector<Record> records; // a batch for rank 0
+    std::string text;            // a stop's error
 };
 
 bool MpiCommunicator::launchedByMpirun()
@@ -160,7 +165,7 @@ void MpiCommunicator::agreeReady(const std::string &localError)
     for (int r = 0; r < m_ranks; ++r) {
         const char *e = all.data() + std::size_t(r) * kErrorChars;
         if (*e)
-            throw CommError(rankName(r, m_hosts) + ": " + e);
+            throw CommError(rankName(r) + ": " + e);
     }
 }
 
@@ -224,33 +229,26 @@ void MpiCommunicator::reapSends()
     }
 }
 
-void MpiCommunicator::sendRecords(const Record *records, std::size_t count)
+void MpiCommunicator::sendRecords(std::vector<Record> &batch)
 {
-    if (count == 0 || m_rank == 0)
+    if (batch.empty() || m_rank == 0)
         return;
     auto s = std::make_unique<PendingSend>();
-    s->bytes.assign(reinterpret_cast<const char *>(records),
-                    reinterpret_cast<const char *>(records + count));
-    MPI_Isend(s->bytes.data(), int(s->bytes.size()), MPI_BYTE, 0, TagRecords, m_comms->records,
-              &s->request);
+    s->records.swap(batch);
+    MPI_Isend(s->records.data(), int(s->records.size() * sizeof(Record)), MPI_BYTE, 0, TagRecords,
+              m_comms->records, &s->request);
     m_sends.push_back(std::move(s));
 }
 
-void MpiCommunicator::receiveAll()
+void MpiCommunicator::receiveAll(std::vector<Record> &into)
 {
-    for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m_comms->records, &flag, &st);
-        if (!flag)
-            return;
-        int bytes = 0;
-        MPI_Get_count(&st, MPI_BYTE, &bytes);
+    MPI_Status st;
+    int bytes = 0;
+    while (probe(m_comms->records, st, bytes)) {
         if (st.MPI_TAG == TagRecords) {
-            const std::size_t n = std::size_t(bytes) / sizeof(Record);
-            const std::size_t at = m_inbox.size();
-            m_inbox.resize(at + n);
-            MPI_Recv(m_inbox.data() + at, bytes, MPI_BYTE, st.MPI_SOURCE, TagRecords,
+            const std::size_t at = into.size();
+            into.resize(at + std::size_t(bytes) / sizeof(Record));
+            MPI_Recv(into.data() + at, bytes, MPI_BYTE, st.MPI_SOURCE, TagRecords,
                      m_comms->records, MPI_STATUS_IGNORE);
         } else {
             int abandoned = 0;
@@ -269,24 +267,20 @@ bool MpiCommunicator::receiveRecords(std::vector<Record> &out)
 {
     if (m_rank != 0)
         return true;
-    receiveAll();
+    // What arrived while nobody asked (heartbeat polls, the end), then what is waiting now.
     out.insert(out.end(), m_inbox.begin(), m_inbox.end());
     m_inbox.clear();
+    receiveAll(out);
     return true;
 }
 
 void MpiCommunicator::drainControl()
 {
-    for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m_comms->control, &flag, &st);
-        if (!flag)
-            return;
-        int bytes = 0;
-        MPI_Get_count(&st, MPI_CHAR, &bytes);
+    MPI_Status st;
+    int bytes = 0;
+    while (probe(m_comms->control, st, bytes)) {
         std::string text(std::size_t(std::max(bytes, 0)), '\0');
-        MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, m_comms->control,
+        MPI_Recv(text.data(), bytes, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, m_comms->control,
                  MPI_STATUS_IGNORE);
         m_lastHeard[std::size_t(st.MPI_SOURCE)] = Clock::now();
         if (st.MPI_TAG == TagStop) {
@@ -309,7 +303,7 @@ bool MpiCommunicator::checkAlive()
             char seconds[32];
             std::snprintf(seconds, sizeof seconds, "%.1f",
                           std::chrono::duration<double>(silent).count());
-            setError(rankName(r, m_hosts) + " has not been heard from for " + seconds +
+            setError(rankName(r) + " has not been heard from for " + seconds +
                      " s (killed, hung or cut off: mpi.timeout_s)");
             m_lost = true;
             return false;
@@ -333,7 +327,7 @@ bool MpiCommunicator::poll()
     }
     drainControl();
     if (m_rank == 0)
-        receiveAll(); // records and "done" count as signs of life too
+        receiveAll(m_inbox); // records and "done" count as signs of life too
     return checkAlive() && !m_stopped;
 }
 
@@ -344,8 +338,8 @@ void MpiCommunicator::announceStop(const std::string &error)
         if (r == m_rank)
             continue;
         auto s = std::make_unique<PendingSend>();
-        s->bytes.assign(error.begin(), error.end());
-        MPI_Isend(s->bytes.data(), int(s->bytes.size()), MPI_CHAR, r, TagStop, m_comms->control,
+        s->text = error;
+        MPI_Isend(s->text.data(), int(s->text.size()), MPI_BYTE, r, TagStop, m_comms->control,
                   &s->request);
         m_sends.push_back(std::move(s));
     }
@@ -497,7 +491,7 @@ public:
     std::size_t prepare(int local) override
     {
         const auto l = std::size_t(local);
-        if (m_staged.empty() || m_devices[l]->hostAccessible())
+        if (m_devices[l]->hostAccessible())
             return 0;
         m_devices[l]->download(m_host[l], m_grads[l], m_count);
         return m_count * sizeof(float);

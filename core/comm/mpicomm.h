@@ -46,7 +46,7 @@ public:
     std::vector<ClockOffset> clockOffsets(bool atEnd) const override;
     std::int64_t toRootClock(std::int64_t ns) const override { return ns + m_offset.offsetNs; }
 
-    void sendRecords(const Record *records, std::size_t count) override;
+    void sendRecords(std::vector<Record> &batch) override;
     bool receiveRecords(std::vector<Record> &out) override;
     bool poll() override;
     std::string error() const override;
@@ -62,8 +62,6 @@ public:
     // Polls req until it completes (true) or the run is cancelled or a rank lost (false).
     bool await(void *request);
     void cancel() override { m_cancelled = true; }
-    // Set when a wait gave up on a request that may never complete.
-    void markAbandoned() { m_abandoned = true; }
 
 private:
     struct Comms;
@@ -99,7 +97,7 @@ private:
     // Rank 0: record batches that arrived, and which ranks are done.
     std::vector<Record> m_inbox;
     std::vector<bool> m_doneRanks;
-    void receiveAll();
+    void receiveAll(std::vector<Record> &into);
 };
 
 } // namespace syncopate

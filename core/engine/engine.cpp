@@ -54,6 +54,15 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
     const std::size_t n = spec.paramCount();
     const int first = m_comm->firstWorker(m_config.workers);
     const int local = m_comm->localWorkers(m_config.workers);
+    // Refused before any replica is built.
+    if (m_config.async() && m_comm->ranks() > 1)
+        throw ConfigError("mode = \"async\": the parameter server runs in one process; over MPI "
+                          "ranks, use mode = \"sync\" or \"checkpointed\"",
+                          {"mode"});
+    if (m_config.allreduce == "mpi" && m_comm->kind() != "mpi")
+        throw ConfigError("sync.allreduce = \"mpi\": needs MPI ranks (mpirun -np N syncopate-cli "
+                          "run ...); in one process the workers average in shared memory",
+                          {"sync.allreduce"});
     for (int l = 0; l < local; ++l) {
         const int i = first + l;
         auto w = std::make_unique<WorkerState>(i, l, m_clock);
@@ -81,14 +90,6 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         w->snapshot.resize(n);
         m_workers.push_back(std::move(w));
     }
-    if (m_config.async() && m_comm->ranks() > 1)
-        throw ConfigError("mode = \"async\": the parameter server runs in one process; over MPI "
-                          "ranks, use mode = \"sync\" or \"checkpointed\"",
-                          {"mode"});
-    if (m_config.allreduce == "mpi" && m_comm->kind() != "mpi")
-        throw ConfigError("sync.allreduce = \"mpi\": needs MPI ranks (mpirun -np N syncopate-cli "
-                          "run ...); in one process the workers average in shared memory",
-                          {"sync.allreduce"});
     m_strategy = m_config.async() ? makeAsyncStrategy(*this) : makeSyncStrategy(*this);
     if (m_eval && m_eval->samples > 0) {
         m_evalDevice = makeDevice(first);
@@ -274,11 +275,8 @@ void Engine::fail(int worker, std::int64_t step, Phase phase, const std::string 
         std::lock_guard lock(m_doneMutex);
         if (m_error.empty()) {
             m_error = "worker " + std::to_string(worker);
-            if (m_comm->ranks() > 1) {
-                const int r = m_comm->rankOfWorker(m_config.workers, worker);
-                m_error += " (rank " + std::to_string(r) + " on " +
-                           m_comm->hosts()[std::size_t(r)] + ")";
-            }
+            if (m_comm->ranks() > 1)
+                m_error += " (" + m_comm->rankName(m_comm->rankOfWorker(m_config.workers, worker)) + ")";
             m_error += " failed at step " + std::to_string(step) + " (" + phaseName(phase) +
                        "): " + what;
         }
@@ -316,8 +314,7 @@ void Engine::drain(bool final)
             m_events.append(m_drained);
         const std::int64_t now = m_clock.now();
         if (final || now - m_lastSendNs >= 100'000'000) {
-            m_comm->sendRecords(m_outbox.data(), m_outbox.size());
-            m_outbox.clear();
+            m_comm->sendRecords(m_outbox);
             m_lastSendNs = now;
         }
         return;

@@ -67,6 +67,8 @@ public:
         std::array<std::int64_t, std::size_t(Phase::Count)> openNs{};
     };
     const Level &rawLevel(int l) const { return m_levels[std::size_t(l)]; }
+    // Settles lv's open bucket: its dominant phase and that phase's share of its time.
+    static void close(Level &lv);
     void restore(int finest, std::uint64_t spans, std::int64_t maxEnd, std::vector<Level> levels);
 
 private:
@@ -88,7 +90,6 @@ private:
     // The algorithm before carries, every level per span: for a restored state whose levels
     // disagree (a foreign or damaged index), where carrying would not give the same buckets.
     void addEachLevel(const Record &span);
-    void close(Level &lv);
 
     std::array<Level, kLevels> m_levels;
     std::array<Carry, kLevels> m_carry;
