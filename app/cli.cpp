@@ -40,9 +40,13 @@ std::shared_ptr<MpiCommunicator> g_mpi;
 // Rank 0, or the only process: the one that prints and writes.
 bool g_root = true;
 
+// Under mpirun a rank may get Ctrl-C's SIGINT and mpirun's SIGTERM both: mpirun's SIGKILL a
+// second later is the "now" there, and rank 0 uses that second to close the run.
+std::atomic<bool> g_rank{false};
+
 void onInterrupt(int)
 {
-    if (g_interrupts.fetch_add(1) >= 1)
+    if (g_interrupts.fetch_add(1) >= 1 && !g_rank.load())
         std::_Exit(130); // a second Ctrl-C means now
 }
 
@@ -259,6 +263,7 @@ int commandRun(const std::vector<std::string> &args)
                          given->dump().c_str(), workers, g_mpi->ranks(), perRank);
         flat["workers"] = workers;
         comm = g_mpi;
+        g_rank = true;
     }
 #endif
     // Over MPI every rank prepares its own data and replicas; a failure on one (a data file
@@ -316,7 +321,12 @@ int commandRun(const std::vector<std::string> &args)
     while (!engine.waitFor(std::chrono::milliseconds(100))) {
         if (g_interrupts.load() > 0 && !stopAsked) {
             stopAsked = true;
-            std::fprintf(stderr, "\nstopping (Ctrl-C again to quit at once)...\n");
+            if (g_root)
+                std::fprintf(stderr, comm ? "\nstopping...\n" : "\nstopping (Ctrl-C again to quit at once)...\n");
+#ifdef SYNCOPATE_HAVE_MPI
+            if (g_mpi)
+                g_mpi->hurry(); // mpirun is ending the job: SIGKILL follows in a second
+#endif
             engine.requestStop();
         }
         if (tty)

@@ -28,7 +28,8 @@ private slots:
     void mpiAllreduceWithinTolerance();
     void oneHostClocksAgree();
     void setupErrorNamesTheRank();
-    void hungRankEndsTheRun();
+    void lostRankEndsTheRun_data();
+    void lostRankEndsTheRun();
 
 private:
     // Starts syncopate-cli run (under mpirun with ranks > 0) into dir.
@@ -210,11 +211,23 @@ static qint64 rankPid(qint64 mpirun, int rank)
     return -1;
 }
 
-void TestMpi::hungRankEndsTheRun()
+void TestMpi::lostRankEndsTheRun_data()
 {
-    // Rank 2 stops (SIGSTOP: alive but silent). Within mpi.timeout_s the others notice, rank 0
-    // keeps the run with an error naming rank and host, and the job exits non-zero.
-    const QString dir = m_tmp.filePath(QStringLiteral("hung"));
+    QTest::addColumn<int>("signal");
+    // Alive but silent.
+    QTest::newRow("hung (SIGSTOP)") << int(SIGSTOP);
+    // Gone: mpirun ends every other rank (SIGTERM, SIGKILL a second later); rank 0 closes the
+    // run in that second, naming the rank that did not answer.
+    QTest::newRow("killed (SIGKILL)") << int(SIGKILL);
+
+}
+
+void TestMpi::lostRankEndsTheRun()
+{
+    // Rank 2 is lost. Within mpi.timeout_s the others notice, rank 0 keeps the run with an
+    // error naming rank and host, and the job exits non-zero.
+    QFETCH(int, signal);
+    const QString dir = m_tmp.filePath(QStringLiteral("lost-%1").arg(signal));
     QProcess p;
     start(p, 3, dir, {QStringLiteral("train.steps=100000000"), QStringLiteral("mpi.timeout_s=2")});
     QVERIFY(p.waitForStarted());
@@ -228,7 +241,7 @@ void TestMpi::hungRankEndsTheRun()
     QTRY_VERIFY_WITH_TIMEOUT(QFile(dir + QStringLiteral("/metrics.csv")).size() > 200, 60000);
     const qint64 pid = rankPid(p.processId(), 2);
     QVERIFY(pid > 0);
-    QCOMPARE(::kill(pid_t(pid), SIGSTOP), 0);
+    QCOMPARE(::kill(pid_t(pid), signal), 0);
     const bool ended = p.waitForFinished(120000);
     ::kill(pid_t(pid), SIGKILL);
     if (!ended) {
@@ -240,8 +253,11 @@ void TestMpi::hungRankEndsTheRun()
     QVERIFY(p.exitCode() != 0);
     const json s = summary(dir);
     QCOMPARE(s["status"].get<std::string>(), std::string("failed"));
+    // Silent past mpi.timeout_s, or not answering when mpirun ended the job.
     const std::string error = s["error"];
-    QVERIFY2(error.find("rank 2 on ") != std::string::npos && error.find("not been heard from") != std::string::npos,
+    QVERIFY2(error.find("rank 2 on ") != std::string::npos &&
+                 (error.find("not been heard from") != std::string::npos ||
+                  error.find("did not answer") != std::string::npos),
              error.c_str());
     QVERIFY(s["steps_completed"].get<std::int64_t>() > 0);
 }

@@ -25,6 +25,11 @@ constexpr int kPings = 16;
 
 using Clock = std::chrono::steady_clock;
 
+std::int64_t steadyNs()
+{
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 // Polling with a growing pause: prompt while a transfer completes, cheap while a rank waits
 // for a straggler on an oversubscribed machine.
 void backoff(int &spins)
@@ -370,6 +375,12 @@ bool MpiCommunicator::gatherEval(const std::vector<EvalResult> &local, std::vect
 
 // ---- the end of a run -----------------------------------------------------------------------
 
+void MpiCommunicator::hurry()
+{
+    std::int64_t none = 0;
+    m_hurriedNs.compare_exchange_strong(none, steadyNs());
+}
+
 bool MpiCommunicator::finishRun(const RunClock &clock)
 {
     std::int64_t at = 0;
@@ -406,6 +417,16 @@ bool MpiCommunicator::finishRun(const RunClock &clock)
         int spins = 0;
         while (!m_doneRanks[std::size_t(r)]) {
             if (!poll() && m_lost) {
+                ok = false;
+                break;
+            }
+            // mpirun is ending the job (it does when a rank dies): the ranks alive answer at
+            // once, so one that has not after a moment is the one lost.
+            const std::int64_t since = m_hurriedNs.load();
+            if (since > 0 && steadyNs() - since > 300'000'000) {
+                setError(rankName(r) + " did not answer when mpirun ended the job (a rank that "
+                                       "dies makes mpirun end every rank)");
+                m_lost = true;
                 ok = false;
                 break;
             }

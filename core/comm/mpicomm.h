@@ -59,6 +59,12 @@ public:
     // run, and the others wait for that.
     [[noreturn]] void end(int exitCode);
 
+    // mpirun is ending the job (this rank got SIGTERM or SIGINT; it sends SIGKILL a second
+    // later): rank 0 waits for the other ranks' last records only briefly, naming those that
+    // do not answer, so that it closes the run in time. Async-signal-unsafe: call it from the
+    // thread that saw the signal's flag, not from the handler.
+    void hurry();
+
     // Polls req until it completes (true) or the run is cancelled or a rank lost (false).
     bool await(void *request);
     void cancel() override { m_cancelled = true; }
@@ -72,6 +78,7 @@ private:
     std::int64_t m_timeoutNs = 10'000'000'000;
     std::atomic<bool> m_cancelled{false};
     std::atomic<bool> m_abandoned{false};
+    std::atomic<std::int64_t> m_hurriedNs{0}; // steady clock, when hurry() was called
 
     // Clock: this rank's offset to rank 0 (start, end) and, on rank 0, everyone's.
     ClockOffset measureOffset(const RunClock &clock, std::int64_t *at);
