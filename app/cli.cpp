@@ -3,6 +3,7 @@
 #include "cpu/cpudevice.h"
 #include "exporter.h"
 #include "gpubackend.h"
+#include "kineto.h"
 #include "rundata.h"
 #include "session.h"
 #include "settings.h"
@@ -63,6 +64,10 @@ void printUsage(std::FILE *to)
         "  syncopate-cli info DIR           status, mode, workers, steps, spans, time and files\n"
         "                                   of a run folder (also one that was interrupted)\n"
         "  syncopate-cli export DIR [FILE]  write the run's trace.json (Perfetto) from its row files\n"
+        "  syncopate-cli import FILE|FOLDER... [--out DIR] [--images] [--align-clocks]\n"
+        "                                   read PyTorch profiler (Kineto) traces, one per rank\n"
+        "                                   (.json or .json.gz), into a run folder: stalls per rank\n"
+        "                                   per step, the straggler, per-rank timeline rows\n"
         "\n"
         "run streams into DIR (default: runs/<time>) as it goes: config.json, one row file per\n"
         "timeline row (w0.syr, ...) and metrics.csv, flushed every second, and summary.json every\n"
@@ -386,8 +391,12 @@ int commandInfo(const std::vector<std::string> &args)
     std::printf("run       %s\n", dir.c_str());
     std::printf("status    %s%s\n", s.value("status", "?").c_str(),
                 run.interrupted ? " (the process ended before the run did: everything up to its last flush is here)" : "");
-    std::printf("mode      %s, %d workers, batch %d per worker, device %s\n", run.config.mode.c_str(),
-                run.config.workers, run.config.batch, run.config.device.c_str());
+    if (s.value("source", "") == "kineto")
+        std::printf("source    PyTorch profiler trace: %d rank(s) of world size %lld, one worker per rank\n",
+                    run.config.workers, (long long)s.value("world_size", 0LL));
+    else
+        std::printf("mode      %s, %d workers, batch %d per worker, device %s\n", run.config.mode.c_str(),
+                    run.config.workers, run.config.batch, run.config.device.c_str());
     std::int64_t steps = 0;
     for (int w = 0; w < t.workers(); ++w)
         steps = std::max<std::int64_t>(steps, std::int64_t(t.counter(CounterId::Loss, w).size()) *
@@ -426,6 +435,78 @@ int commandExport(const std::vector<std::string> &args)
     const std::string out = args.size() == 2 ? args[1] : (std::filesystem::path(args[0]) / "trace.json").string();
     exportTraceJson(out, args[0]);
     std::printf("%s\n", out.c_str());
+    return 0;
+}
+
+// PyTorch profiler traces of one job, one file per rank, into a run folder.
+int commandImport(const std::vector<std::string> &args)
+{
+    std::vector<std::string> files;
+    std::string out;
+    bool images = false;
+    KinetoOptions options;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--out") {
+            if (i + 1 >= args.size())
+                throw ConfigError("import: --out needs a folder", {});
+            out = args[++i];
+        } else if (args[i] == "--images") {
+            images = true;
+        } else if (args[i] == "--align-clocks") {
+            options.alignClocks = true;
+        } else if (args[i].rfind("--", 0) == 0) {
+            throw ConfigError("import: unknown option " + args[i] + " (expected --out DIR, --images, --align-clocks)", {});
+        } else {
+            files.push_back(args[i]);
+        }
+    }
+    if (files.empty())
+        throw ConfigError("import takes one or more trace files (or a folder of them)", {});
+    if (out.empty()) {
+        out = defaultOutDir();
+        out.insert(out.find('/') + 1, "import-");
+    }
+    KinetoJob job;
+    try {
+        job = importKineto(files, options);
+    } catch (const ImportError &e) {
+        std::fprintf(stderr, "syncopate-cli: import: %s\n", e.what());
+        return 2;
+    }
+    writeImportedRun(job, out);
+    for (const auto &w : job.warnings)
+        std::fprintf(stderr, "warning   %s\n", w.c_str());
+    std::printf("run       %s (imported from %zu file%s)\n", out.c_str(), job.ranks.size(),
+                job.ranks.size() == 1 ? "" : "s");
+    std::printf("ranks     %zu of world size %d\n", job.ranks.size(), job.worldSize);
+    const nlohmann::json s = job.summaryFields();
+    std::printf("steps     %lld (ProfilerStep#%lld on)\n", (long long)s.value("steps", 0LL), (long long)job.firstStep);
+    std::printf("matched   %d collectives (by %s)\n", job.collectivesMatched, job.matchMethod.c_str());
+    std::vector<double> stepMs(job.ranks.size(), 0.0), stallMs(job.ranks.size(), 0.0);
+    std::vector<int> stepCount(job.ranks.size(), 0);
+    for (const StepRow &r : job.steps)
+        if (r.worker >= 0 && std::size_t(r.worker) < job.ranks.size()) {
+            stepMs[std::size_t(r.worker)] += r.stepMs;
+            stallMs[std::size_t(r.worker)] += r.waitMs;
+            ++stepCount[std::size_t(r.worker)];
+        }
+    for (std::size_t i = 0; i < job.ranks.size(); ++i)
+        std::printf("rank %-4d step %.3f ms mean, stall %.3f ms per step (%.1f%%)  %s\n", job.ranks[i].rank,
+                    stepCount[i] ? stepMs[i] / stepCount[i] : 0.0, stepCount[i] ? stallMs[i] / stepCount[i] : 0.0,
+                    stepMs[i] > 0 ? 100.0 * stallMs[i] / stepMs[i] : 0.0, job.ranks[i].file.c_str());
+    if (job.straggler >= 0)
+        std::printf("straggler rank %d: last to arrive in %d of %d collectives, %.3f ms after the next-latest on average\n",
+                    job.ranks[std::size_t(job.straggler)].rank, job.stragglerLastCount, job.collectivesMatched,
+                    job.stragglerMeanLateMs);
+    else
+        std::printf("straggler none found (%s)\n",
+                    job.ranks.size() < 2 ? "one rank loaded: stalls need two or more" : "no collective matched across ranks");
+    if (options.alignClocks)
+        std::printf("clocks    %s\n", job.alignmentNote.c_str());
+    for (const auto &n : job.notes)
+        std::printf("note      %s\n", n.c_str());
+    if (images && !writeImages(out, -1, -1))
+        return 1;
     return 0;
 }
 
@@ -552,6 +633,8 @@ int runCommand(const std::string &command, const std::vector<std::string> &args)
         return commandInfo(args);
     if (command == "export")
         return commandExport(args);
+    if (command == "import")
+        return commandImport(args);
     std::fprintf(stderr, "syncopate-cli: unknown command \"%s\"\n\n", command.c_str());
     printUsage(stderr);
     return 2;

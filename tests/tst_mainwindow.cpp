@@ -47,6 +47,7 @@ private Q_SLOTS:
     void comparisonTableCopies();
     void runCanBeSavedElsewhere();
     void presentationModeScalesFonts();
+    void importedTraceOpensInTheViews();
 
 private:
     static bool runWith(MainWindow &w, const QString &preset, int steps);
@@ -524,6 +525,45 @@ void TestMainWindow::presentationModeScalesFonts()
     QCOMPARE(QApplication::font().pointSizeF(), before);
     for (QDockWidget *d : docks)
         QCOMPARE(d->font().pointSizeF(), before);
+}
+
+// File > Import Traces on a real PyTorch profiler trace: the run opens with per-rank rows named
+// as the trace's, the stall chart in front with its own title, a verdict in the banner, and
+// the charts a trace has no data for say so; a damaged file lands in the banner by name.
+void TestMainWindow::importedTraceOpensInTheViews()
+{
+    MainWindow &w = *m_window;
+    const QString trace = QStringLiteral(SYNCOPATE_TEST_DATA "/kineto/single_rank_allreduce.pt.trace.json.gz");
+    QString folder = QStringLiteral("not called");
+    w.importTraces({trace}, [&](const QString &out) { folder = out; });
+    QTRY_VERIFY_WITH_TIMEOUT(folder != QStringLiteral("not called"), 60000);
+    QVERIFY2(!folder.isEmpty(), qPrintable(w.bannerText()));
+    const RunDataPtr run = w.runs().back();
+    QVERIFY(run->imported());
+    QVERIFY(run->spanCount() > 0);
+    QVERIFY2(run->title().contains(QStringLiteral("PyTorch profiler trace")), qPrintable(run->title()));
+    QVERIFY2(run->rowLabel(run->rows().front()).startsWith(QStringLiteral("rank ")), qPrintable(run->rowLabel(run->rows().front())));
+    QVERIFY2(w.bannerText().contains(QStringLiteral("One rank loaded")), qPrintable(w.bannerText()));
+    QVERIFY2(placeholderText(w.charts()->lossPlot()).contains(QStringLiteral("no loss")),
+             qPrintable(placeholderText(w.charts()->lossPlot())));
+    const auto *title = qobject_cast<QCPTextElement *>(w.charts()->stallPlot()->plotLayout()->element(0, 0));
+    QVERIFY(title && title->text().contains(QStringLiteral("collectives")));
+    const QString png = m_dir.filePath(QStringLiteral("imported-timeline.png"));
+    QVERIFY(w.exportView(QStringLiteral("timeline"), png, QSize(1200, 500), 1.0));
+    QVERIFY(distinctColours(QImage(png)) >= 4);
+
+    const QString bad = m_dir.filePath(QStringLiteral("rank0.json"));
+    QFile f(bad);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("{\"traceEvents\": [");
+    f.close();
+    const int runs = int(w.runs().size());
+    folder = QStringLiteral("not called");
+    w.importTraces({bad}, [&](const QString &out) { folder = out; });
+    QTRY_VERIFY_WITH_TIMEOUT(folder != QStringLiteral("not called"), 30000);
+    QVERIFY(folder.isEmpty());
+    QCOMPARE(int(w.runs().size()), runs);
+    QVERIFY2(w.bannerText().contains(QStringLiteral("rank0.json")), qPrintable(w.bannerText()));
 }
 
 QTEST_MAIN(TestMainWindow)

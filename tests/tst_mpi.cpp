@@ -27,6 +27,7 @@ private slots:
     void ranksEqualThreadsBitForBit();
     void mpiAllreduceWithinTolerance();
     void oneHostClocksAgree();
+    void twoHostsOverTcpEqualThreads();
     void setupErrorNamesTheRank();
     void lostRankEndsTheRun_data();
     void lostRankEndsTheRun();
@@ -129,6 +130,33 @@ void TestMpi::ranksEqualThreadsBitForBit()
     const QString two = m_tmp.filePath(QStringLiteral("two"));
     QCOMPARE(run(2, two, {QStringLiteral("mpi.workers_per_rank=2")}), 0);
     QVERIFY2(params(two) == reference, "2 ranks x 2 workers differ from 4 threads");
+}
+
+// Two hosts on this machine (scripts/mpi-two-hosts: network namespaces joined by a veth pair,
+// mpirun's agent entering the named one, TCP only): 2 ranks x 2 workers over the link give the
+// parameters of 4 threads bit for bit, and summary.json names the two hosts.
+void TestMpi::twoHostsOverTcpEqualThreads()
+{
+    const QString dir = m_tmp.filePath(QStringLiteral("two-hosts"));
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(QStringLiteral("bash"), {QStringLiteral(SYNCOPATE_TEST_DATA "/../../scripts/mpi-two-hosts"), QStringLiteral("--"),
+                                     QStringLiteral(SYNCOPATE_CLI), QStringLiteral("run"), QStringLiteral("--config"), m_config,
+                                     QStringLiteral("--out"), dir, QStringLiteral("--set"), QStringLiteral("mpi.workers_per_rank=2")});
+    QVERIFY(p.waitForStarted());
+    if (!p.waitForFinished(240000)) {
+        p.kill();
+        p.waitForFinished();
+        QFAIL(p.readAll().constData());
+    }
+    const QByteArray said = p.readAll();
+    if (p.exitCode() == 77)
+        QSKIP(qPrintable(QStringLiteral("no network namespaces here: ") + QString::fromLocal8Bit(said).trimmed()));
+    QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0, said.constData());
+    QVERIFY2(params(dir) == params(m_threads), "2 hosts x 2 workers differ from 4 threads");
+    const json s = summary(dir);
+    QCOMPARE(s["ranks"].size(), std::size_t(2));
+    QVERIFY(s["ranks"][0]["host"] != s["ranks"][1]["host"]);
 }
 
 void TestMpi::mpiAllreduceWithinTolerance()

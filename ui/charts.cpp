@@ -367,7 +367,12 @@ void ChartsWidget::refresh()
     const bool running = m_current && m_current->state == RunState::Running;
     for (auto &[name, plot] : plots()) {
         QString text;
-        if (!hasData(plot))
+        if (m_current && m_current->imported() && m_compare.empty() && plot != m_stalls && !hasData(plot))
+            text = plot == m_loss        ? tr("A profiler trace records no loss:\nthis chart is for Syncopate's own runs.")
+                   : plot == m_staleness ? tr("A profiler trace of a synchronous job has no staleness.")
+                   : plot == m_memory    ? tr("Activation memory is not read from profiler traces.")
+                                         : tr("A profiler trace gives no samples processed:\nsee the stalls chart and the timeline.");
+        else if (!hasData(plot))
             text = haveRun && !running ? tr("This run recorded nothing for this chart.")
                                        : emptyPlotText(haveRun);
         setPlaceholder(plot, text);
@@ -461,11 +466,13 @@ void ChartsWidget::fillStalls()
     // What a worker waits for depends on the mode: the barrier in sync, the server (and the
     // slowest worker, under a staleness bound) in async.
     const bool async = m_current && m_current->config().async();
-    titleOf(p)->setText(!async ? tr("Barrier stalls per step")
+    const bool imported = m_current && m_current->imported();
+    titleOf(p)->setText(imported ? tr("Stalls per step: waiting in collectives for the last rank")
+                        : !async ? tr("Barrier stalls per step")
                         : m_current->config().maxStaleness >= 0
                             ? tr("Waits per step: staleness bound and parameter server")
                             : tr("Waits per step: parameter server"));
-    p->xAxis->setLabel(async ? tr("the worker's own step") : tr("step"));
+    p->xAxis->setLabel(imported ? tr("step (ProfilerStep#)") : async ? tr("the worker's own step") : tr("step"));
     if (!m_current) {
         fillCompareStalls(0);
         p->rescaleAxes();
@@ -475,7 +482,7 @@ void ChartsWidget::fillStalls()
     if (p->graphCount() == 0) {
         for (int w = 0; w < run.workers(); ++w) {
             QCPGraph *g = p->addGraph();
-            g->setName(tr("worker %1").arg(w));
+            g->setName(run.workerName(w));
             g->setPen(QPen(seriesColor(w), kWorkerLine * m_scale, seriesStyle(w)));
         }
         QCPGraph *share = p->addGraph(p->xAxis, p->yAxis2);
@@ -499,7 +506,7 @@ void ChartsWidget::fillStalls()
         const double stride = run.stepsPerPoint(w);
         QVector<double> x(int(steps.size())), y(int(steps.size()));
         for (std::size_t s = 0; s < steps.size(); ++s) {
-            x[int(s)] = double(s) * stride;
+            x[int(s)] = double(run.firstStep()) + double(s) * stride;
             y[int(s)] = steps[s].waitMs;
         }
         p->graph(w)->setData(x, y, true);
@@ -550,14 +557,21 @@ void ChartsWidget::fillStalls()
     p->graph(run.workers() + 1)->setData(ox, oy, true);
     p->graph(run.workers() + 2)->setData(sx, osy, true);
     // Async waits are for the bound or the server, not a barrier: no slowest worker to blame.
+    // A profiler trace says nothing of the OS, and has no step ends to share time by.
     for (int g : {run.workers() + 1, run.workers() + 2}) {
-        p->graph(g)->setVisible(!async);
-        if (async)
+        p->graph(g)->setVisible(!async && !imported);
+        if (async || imported)
             p->graph(g)->removeFromLegend();
+    }
+    if (imported) {
+        p->graph(run.workers())->setVisible(false);
+        p->graph(run.workers())->removeFromLegend();
+        p->yAxis2->setVisible(false);
     }
     fillCompareStalls(run.workers() + 3);
     p->rescaleAxes();
     p->yAxis2->setRange(0, 100);
+    p->yAxis->setLabel(imported ? tr("stall in collectives (ms per step)") : tr("wait (ms)"));
 }
 
 void ChartsWidget::fillCompareStalls(int firstGraph)

@@ -6,6 +6,7 @@
 #include "comparison.h"
 #include "experimentform.h"
 #include "exporter.h"
+#include "kineto.h"
 #include "lesson.h"
 #include "phasestyle.h"
 #include "runcontroller.h"
@@ -32,6 +33,9 @@
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QFontDatabase>
+#include <QPlainTextEdit>
+#include <QTextCursor>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QScreen>
@@ -40,6 +44,8 @@
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTableWidget>
+#include <QThread>
+#include <QDateTime>
 #include <QToolBar>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -179,7 +185,78 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     updateActions();
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow()
+{
+    // An import still reading: its thread owns nothing of the window, but must end first.
+    if (m_importThread)
+        m_importThread->wait();
+}
+
+void MainWindow::importTraces(const QStringList &paths, std::function<void(const QString &)> done)
+{
+    if (m_importThread) {
+        statusBar()->showMessage(tr("An import is still running; try again when it has finished"), 5000);
+        if (done)
+            done(QString());
+        return;
+    }
+    const QString out = QDir(m_settings.runsFolder)
+                            .filePath(QStringLiteral("import-") +
+                                      QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")));
+    std::vector<std::string> files;
+    for (const QString &p : paths)
+        files.push_back(QDir::toNativeSeparators(p).toStdString());
+    auto error = std::make_shared<QString>();
+    m_importThread = QThread::create([files, out, error] {
+        try {
+            writeImportedRun(importKineto(files), out.toStdString());
+        } catch (const std::exception &e) {
+            *error = QString::fromStdString(e.what());
+        }
+    });
+    statusBar()->showMessage(tr("Importing %n trace file(s)\u2026", nullptr, int(paths.size())));
+    connect(m_importThread, &QThread::finished, this, [this, out, error, done] {
+        m_importThread->deleteLater();
+        m_importThread = nullptr;
+        statusBar()->clearMessage();
+        if (!error->isEmpty()) {
+            showBanner(tr("Cannot import the traces: %1").arg(error->toHtmlEscaped()));
+            if (done)
+                done(QString());
+            return;
+        }
+        const bool opened = openRun(out);
+        if (opened)
+            statusBar()->showMessage(tr("Imported into %1").arg(out), 8000);
+        if (done)
+            done(opened ? out : QString());
+    });
+    m_importThread->start();
+}
+
+QString MainWindow::importVerdict(const RunData &run)
+{
+    const auto &s = run.summary;
+    QStringList lines;
+    const auto st = s.find("straggler");
+    if (st != s.end() && st->is_object() && st->contains("rank"))
+        lines << tr("<b>Straggler: rank %1</b>, the last to start in %2 of %3 matched collectives, "
+                    "%4 ms after the next-latest rank on average.")
+                     .arg(st->value("rank", -1))
+                     .arg(st->value("last_count", 0))
+                     .arg(s.value("collectives_matched", 0))
+                     .arg(st->value("mean_late_ms", 0.0), 0, 'f', 3);
+    else if (run.workers() < 2)
+        lines << tr("One rank loaded: stalls are measured against the other ranks, so import them all to see who waits for whom.");
+    else
+        lines << tr("No straggler: no collective was matched across the loaded ranks.");
+    for (const char *key : {"notes", "warnings"})
+        if (s.contains(key) && s[key].is_array())
+            for (const auto &n : s[key])
+                if (n.is_string())
+                    lines << QString::fromStdString(n.get<std::string>()).toHtmlEscaped();
+    return lines.join(QStringLiteral("<br>"));
+}
 
 void MainWindow::createDocks()
 {
@@ -238,6 +315,24 @@ void MainWindow::createDocks()
     tabifyDockWidget(formDock, m_lessonDock);
     m_lessonDock->hide();
     formDock->raise();
+
+    // Run > Run with MPI: what mpirun and the ranks print, shown when such a run starts.
+    m_mpiLogDock = new QDockWidget(tr("MPI Log"), this);
+    m_mpiLogDock->setObjectName(QStringLiteral("mpiLogDock"));
+    m_mpiLog = new QPlainTextEdit;
+    m_mpiLog->setReadOnly(true);
+    m_mpiLog->setMaximumBlockCount(5000);
+    m_mpiLog->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_mpiLog->setToolTip(tr("The mpirun command line and what mpirun and every rank print (rank 0 "
+                            "prints for the run; errors name the rank and host)"));
+    m_mpiLogDock->setWidget(m_mpiLog);
+    addDockWidget(Qt::BottomDockWidgetArea, m_mpiLogDock);
+    m_mpiLogDock->hide();
+    connect(m_controller, &RunController::logAppended, this, [this](const QString &text) {
+        m_mpiLog->moveCursor(QTextCursor::End);
+        m_mpiLog->insertPlainText(text);
+        m_mpiLog->moveCursor(QTextCursor::End);
+    });
     connect(m_runList, &QListWidget::currentRowChanged, this, [this](int row) {
         if (row >= 0 && row < int(m_runs.size()) && !m_controller->isRunning())
             showRun(m_runs[std::size_t(row)]);
@@ -265,6 +360,29 @@ void MainWindow::createActions()
             openRun(dir);
     });
     open->setShortcut(QKeySequence::Open);
+    QAction *importFiles = file->addAction(tr("&Import Traces..."), this, [this] {
+        QSettings settings;
+        const QStringList files = QFileDialog::getOpenFileNames(
+            this, tr("Import PyTorch profiler traces, one file per rank"),
+            settings.value(QStringLiteral("import/lastFolder")).toString(),
+            tr("PyTorch profiler traces (*.json *.json.gz *.pt.trace.json *.pt.trace.json.gz);;All files (*)"));
+        if (files.isEmpty())
+            return;
+        settings.setValue(QStringLiteral("import/lastFolder"), QFileInfo(files.front()).absolutePath());
+        importTraces(files);
+    });
+    importFiles->setShortcut(QKeySequence(tr("Ctrl+I")));
+    importFiles->setToolTip(tr("Read a distributed job's PyTorch profiler (Kineto) traces, one per rank: "
+                               "per-rank timeline, stalls per rank per step, the straggler"));
+    file->addAction(tr("Import Trace &Folder..."), this, [this] {
+        QSettings settings;
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Import every trace in a folder"),
+                                                              settings.value(QStringLiteral("import/lastFolder")).toString());
+        if (dir.isEmpty())
+            return;
+        settings.setValue(QStringLiteral("import/lastFolder"), dir);
+        importTraces({dir});
+    });
     file->addAction(tr("Open &Config..."), this, [this] {
         const QString f = QFileDialog::getOpenFileName(this, tr("Open a config"), QString(), tr("JSON (*.json)"));
         if (!f.isEmpty())
@@ -299,6 +417,53 @@ void MainWindow::createActions()
     });
     m_pauseAction->setShortcut(QKeySequence(Qt::Key_F6));
     m_pauseAction->setToolTip(tr("Pause or resume every worker (F6)"));
+    QAction *mpi = run->addAction(tr("Run with &MPI..."), this, [this] {
+        if (m_controller->isRunning())
+            return;
+        QSettings settings;
+        QDialog dialog(this);
+        dialog.setWindowTitle(tr("Run with MPI"));
+        auto *form = new QFormLayout(&dialog);
+        auto *ranks = new QSpinBox;
+        ranks->setRange(1, 256);
+        ranks->setValue(settings.value(QStringLiteral("mpi/ranks"), 2).toInt());
+        ranks->setToolTip(tr("MPI ranks (processes); each runs mpi.workers_per_rank workers, so the run "
+                             "has ranks \u00d7 workers per rank workers"));
+        auto *hostfile = new QLineEdit(settings.value(QStringLiteral("mpi/hostfile")).toString());
+        hostfile->setPlaceholderText(tr("none: every rank on this machine"));
+        hostfile->setToolTip(tr("An Open MPI hostfile (one host per line, \"slots=N\" ranks on it) to run "
+                                "ranks on other machines; syncopate-cli and the data must be there too"));
+        auto *browse = new QPushButton(tr("Browse..."));
+        connect(browse, &QPushButton::clicked, &dialog, [&] {
+            const QString f = QFileDialog::getOpenFileName(&dialog, tr("Hostfile"), hostfile->text());
+            if (!f.isEmpty())
+                hostfile->setText(f);
+        });
+        auto *hostRow = new QHBoxLayout;
+        hostRow->addWidget(hostfile, 1);
+        hostRow->addWidget(browse);
+        form->addRow(tr("Ranks"), ranks);
+        form->addRow(tr("Hostfile"), hostRow);
+        auto *perRank = new QLabel(tr("Workers per rank: %1 (mpi.workers_per_rank in the form)")
+                                       .arg(m_form->toJson().value("mpi.workers_per_rank", 1)));
+        form->addRow(perRank);
+        auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+        buttons->button(QDialogButtonBox::Ok)->setText(tr("Run"));
+        connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+        connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+        form->addRow(buttons);
+        if (dialog.exec() != QDialog::Accepted)
+            return;
+        settings.setValue(QStringLiteral("mpi/ranks"), ranks->value());
+        settings.setValue(QStringLiteral("mpi/hostfile"), hostfile->text());
+        MpiLaunch launch;
+        launch.ranks = ranks->value();
+        launch.hostfile = hostfile->text().trimmed();
+        startMpiRun(launch);
+    });
+    mpi->setShortcut(QKeySequence(tr("Ctrl+Shift+M")));
+    mpi->setToolTip(tr("Run the experiment as MPI ranks through mpirun (sync mode): on this machine "
+                       "or, with a hostfile, on several (Ctrl+Shift+M)"));
     m_stopAction = run->addAction(tr("&Stop"), this, [this] { m_controller->stop(); });
     m_stopAction->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
     m_stopAction->setToolTip(tr("Stop the run; what ran is kept and saved (Shift+F5)"));
@@ -391,8 +556,10 @@ void MainWindow::rebuildWorkerControls(int workers, bool live)
         delete item->widget();
         delete item;
     }
-    auto *header = new QLabel(live ? tr("Change a worker's speed or pause it: the stalls respond.")
-                                   : tr("Live controls appear while a run goes on."));
+    auto *header = new QLabel(live                     ? tr("Change a worker's speed or pause it: the stalls respond.")
+                              : m_controller->isMpi() ? tr("The ranks of an MPI run are separate processes: set "
+                                                           "workers_slowdown in the form before Run with MPI.")
+                                                      : tr("Live controls appear while a run goes on."));
     header->setWordWrap(true);
     m_workerGrid->addWidget(header, 0, 0, 1, 3);
     if (!live)
@@ -478,6 +645,27 @@ bool MainWindow::startRun()
     return true;
 }
 
+bool MainWindow::startMpiRun(const MpiLaunch &launch)
+{
+    if (m_controller->isRunning())
+        return false;
+    hideBanner();
+    m_mpiLog->clear();
+    m_mpiLogDock->show();
+    m_mpiLogDock->raise();
+    const QString label = uniqueRunName((m_form->presetName().isEmpty()
+                                             ? QString::fromStdString(m_form->toJson().value("mode", std::string("run")))
+                                             : m_form->presetName()) +
+                                        tr(" (%n MPI rank(s))", nullptr, launch.ranks));
+    if (!m_controller->startMpi(m_form->toJson(), launch, label, m_settings.runsFolder, runFolderHint()))
+        return false;
+    updateActions();
+    statusBar()->showMessage(tr("Starting %n MPI rank(s)\u2026", nullptr, launch.ranks));
+    return true;
+}
+
+QString MainWindow::mpiLog() const { return m_mpiLog->toPlainText(); }
+
 void MainWindow::onRunStarted(const RunDataPtr &run)
 {
     m_settings.lastExperiment = QString::fromStdString(m_form->toJson().dump());
@@ -488,7 +676,8 @@ void MainWindow::onRunStarted(const RunDataPtr &run)
     m_followAction->setChecked(true);
     m_timeline->setFollowLive(true);
     m_progress->setRange(0, 0); // indeterminate until the first step is done
-    rebuildWorkerControls(run->workers(), true);
+    // Knobs act on this process's engine: ranks of an MPI run are not reached from here.
+    rebuildWorkerControls(run->workers(), m_controller->engine() != nullptr);
     updateActions();
 }
 
@@ -852,6 +1041,12 @@ bool MainWindow::openRun(const QString &dir)
     showRun(run);
     m_timeline->fitAll();
     m_charts->refresh();
+    if (run->imported()) {
+        // A profiler trace is not a configuration to run again: the form keeps what it had.
+        showBanner(importVerdict(*run), false);
+        showChart(QStringLiteral("stalls"));
+        return true;
+    }
     // The form holds the run's configuration, not whatever was there: F5 runs it again.
     if (!m_controller->isRunning()) {
         m_form->setFromJson(run->config().toJson());

@@ -2,11 +2,14 @@
 // charts in the centre, the runs of this session to compare, an inline banner for errors.
 #pragma once
 
+#include "runcontroller.h"
 #include "rundata.h"
 #include "settings.h"
 
 #include <QElapsedTimer>
 #include <QMainWindow>
+
+#include <functional>
 
 class QAction;
 class QDockWidget;
@@ -16,6 +19,9 @@ class QListWidget;
 class QListWidgetItem;
 class QProgressBar;
 class QCustomPlot;
+
+class QPlainTextEdit;
+class QThread;
 
 namespace syncopate {
 
@@ -55,6 +61,18 @@ public:
     // The run folder's name after its time: preset or mode, and the keys changed from it.
     QString runFolderHint() const;
     bool openRun(const QString &dir);
+    // Run > Run with MPI: the form's experiment as `ranks` MPI ranks through mpirun (a child
+    // process; its output in the MPI Log dock), followed live from the run folder.
+    bool startMpiRun(const MpiLaunch &launch);
+    QString mpiLog() const;
+    // Run > Stop (Shift+F5).
+    void stopRun() { m_controller->stop(); }
+    // File > Import Traces: PyTorch profiler traces (files, or folders of them), one per rank,
+    // read on a background thread into a run folder under the runs folder, then opened. done
+    // (for tests) gets the run folder, or an empty string when the import failed.
+    void importTraces(const QStringList &paths, std::function<void(const QString &)> done = {});
+    // The straggler verdict of an imported run, as the banner shows it.
+    static QString importVerdict(const RunData &run);
     // Run > Run Again: the shown run's configuration into the form, and started.
     bool rerunShown();
     // A run's name in the list, legends and titles (double-click in the Runs list).
@@ -121,6 +139,9 @@ private:
     QSize defaultSize() const;
     QByteArray m_defaultState;
     QAction *m_rerunAction = nullptr;
+    QThread *m_importThread = nullptr;
+    QDockWidget *m_mpiLogDock = nullptr;
+    QPlainTextEdit *m_mpiLog = nullptr;
     QString uniqueRunName(const QString &base) const;
     std::vector<RunDataPtr> checkedRuns() const;
 };

@@ -44,6 +44,12 @@ const PhaseStyle &phaseStyle(Phase p)
         set(Phase::Eval, QColor(0x33, 0x33, 0x33), "eval", "Evaluating held-out data.");
         set(Phase::Pause, QColor(0xDD, 0xDD, 0xDD), "pause", "Paused by the user.",
             Qt::DiagCrossPattern);
+        set(Phase::Copy, QColor(0xA6, 0x76, 0x1D), "copy",
+            "Imported trace: a memory copy or set on the GPU (host to device, device to host, "
+            "device to device).");
+        set(Phase::Compute, QColor(0x9A, 0xB8, 0xD6), "compute",
+            "Imported trace: a GPU kernel or CPU operator outside any forward, backward or "
+            "optimizer annotation.");
         // Delay is outlined so that an empty box reads as time added from outside.
         s[std::size_t(Phase::Delay)].outline = QPen(QColor(0xD5, 0x5E, 0x00), 1.5);
         s[std::size_t(Phase::Wait)].outline = QPen(QColor(0x60, 0x60, 0x60), 0);

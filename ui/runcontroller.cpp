@@ -1,7 +1,14 @@
 #include "runcontroller.h"
 
+#include "runfollow.h"
+
+#include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
+#include <QFile>
+#include <QStandardPaths>
+
+#include <unistd.h>
 
 namespace syncopate {
 
@@ -33,6 +40,15 @@ RunController::RunController(QObject *parent) : QObject(parent)
 {
     m_timer.setInterval(33);
     connect(&m_timer, &QTimer::timeout, this, &RunController::poll);
+    m_killTimer.setSingleShot(true);
+    m_killTimer.setInterval(1500);
+    connect(&m_killTimer, &QTimer::timeout, this, [this] {
+        if (m_mpirun && m_mpirun->state() != QProcess::NotRunning) {
+            m_log += tr("\n[mpirun did not end 1.5 s after SIGTERM: killed]\n");
+            Q_EMIT logAppended(tr("\n[mpirun did not end 1.5 s after SIGTERM: killed]\n"));
+            m_mpirun->kill();
+        }
+    });
 }
 
 RunController::~RunController()
@@ -41,6 +57,126 @@ RunController::~RunController()
         m_engine->requestStop();
         m_engine->wait();
     }
+    if (m_mpirun && m_mpirun->state() != QProcess::NotRunning) {
+        m_mpirun->terminate();
+        if (!m_mpirun->waitForFinished(1500))
+            m_mpirun->kill();
+        m_mpirun->waitForFinished(1000);
+    }
+    if (!m_mpiConfigFile.isEmpty())
+        QFile::remove(m_mpiConfigFile);
+}
+
+void RunController::nameRunFolder(const QString &runsDirectory, const QString &hint, QString *dir) const
+{
+    const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
+                         QLatin1Char('-') + runFolderName(hint);
+    *dir = QDir(runsDirectory).filePath(name);
+    for (int i = 2; QDir(*dir).exists(); ++i)
+        *dir = QDir(runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));
+}
+
+QStringList RunController::mpiCommand(const MpiLaunch &launch, const QString &configFile, const QString &outDir,
+                                      QString *program, QString *error)
+{
+    const QString mpirun = launch.mpirun.isEmpty() ? QStandardPaths::findExecutable(QStringLiteral("mpirun")) : launch.mpirun;
+    if (mpirun.isEmpty()) {
+        *error = tr("mpirun was not found on PATH: install Open MPI (Debian: openmpi-bin) or run in this process");
+        return {};
+    }
+    QString cli = launch.cli;
+    if (cli.isEmpty()) {
+        const QString beside = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("syncopate-cli"));
+        cli = QFile::exists(beside) ? beside : QStandardPaths::findExecutable(QStringLiteral("syncopate-cli"));
+    }
+    if (cli.isEmpty()) {
+        *error = tr("syncopate-cli was not found beside this program nor on PATH: the ranks run it");
+        return {};
+    }
+    QStringList args;
+    if (::geteuid() == 0)
+        args << QStringLiteral("--allow-run-as-root");
+    // More ranks than cores on one machine is what a lesson does; mpirun refuses it otherwise.
+    args << QStringLiteral("--oversubscribe") << QStringLiteral("-np") << QString::number(launch.ranks);
+    if (!launch.hostfile.isEmpty())
+        args << QStringLiteral("--hostfile") << launch.hostfile;
+    args << launch.extraArgs;
+    args << cli << QStringLiteral("run") << QStringLiteral("--config") << configFile << QStringLiteral("--out") << outDir;
+    *program = mpirun;
+    return args;
+}
+
+bool RunController::startMpi(const nlohmann::json &config, const MpiLaunch &launch, const QString &label,
+                             const QString &runsDirectory, const QString &folderHint)
+{
+    if (isRunning())
+        return false;
+    RunConfig parsed;
+    try {
+        parsed = parseConfig(config); // the fields at fault marked here, not in a rank's output
+    } catch (const ConfigError &e) {
+        Q_EMIT runFailed(QString::fromStdString(e.what()), fieldsOf(e));
+        return false;
+    }
+    if (launch.ranks < 1) {
+        Q_EMIT runFailed(tr("MPI: at least one rank"), {});
+        return false;
+    }
+    if (!QDir().mkpath(runsDirectory)) {
+        Q_EMIT runFailed(tr("Cannot start: %1: cannot create the runs folder").arg(runsDirectory), {});
+        return false;
+    }
+    QString dir;
+    nameRunFolder(runsDirectory, folderHint.isEmpty() ? QString::fromStdString(parsed.mode) + QStringLiteral("-mpi") : folderHint, &dir);
+    // The config as the form has it, beside the run folder until the run has ended (rank 0
+    // writes the resolved one into the folder).
+    const QString configFile = dir + QStringLiteral(".launch.json");
+    {
+        QFile f(configFile);
+        if (!f.open(QIODevice::WriteOnly) || f.write(QByteArray::fromStdString(config.dump(2))) < 0) {
+            Q_EMIT runFailed(tr("Cannot start: %1: cannot write (%2)").arg(configFile, f.errorString()), {});
+            return false;
+        }
+    }
+    QString program, error;
+    const QStringList args = mpiCommand(launch, configFile, dir, &program, &error);
+    if (args.isEmpty()) {
+        QFile::remove(configFile);
+        Q_EMIT runFailed(error, {});
+        return false;
+    }
+    m_engine.reset(); // a finished local run's: its knobs do not reach ranks
+    m_mpirun = std::make_unique<QProcess>();
+    m_mpirun->setProcessChannelMode(QProcess::MergedChannels);
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    if (::geteuid() == 0) {
+        env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT"), QStringLiteral("1"));
+        env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"), QStringLiteral("1"));
+    }
+    m_mpirun->setProcessEnvironment(env);
+    connect(m_mpirun.get(), &QProcess::readyRead, this, [this] {
+        const QString text = QString::fromLocal8Bit(m_mpirun->readAll());
+        m_log += text;
+        Q_EMIT logAppended(text);
+    });
+    connect(m_mpirun.get(), &QProcess::finished, this, [this] { m_mpiExited = true; });
+    connect(m_mpirun.get(), &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+        if (e == QProcess::FailedToStart)
+            m_mpiExited = true;
+    });
+    m_follow = std::make_unique<RunFollower>(dir.toStdString());
+    m_mpiDir = dir;
+    m_mpiLabel = label;
+    m_mpiConfigFile = configFile;
+    m_mpiStep = 0;
+    m_mpiExited = false;
+    m_run.reset();
+    m_log = QStringLiteral("$ %1 %2\n").arg(program, args.join(QLatin1Char(' ')));
+    Q_EMIT logAppended(m_log);
+    m_mpiClock.start();
+    m_mpirun->start(program, args);
+    m_timer.start();
+    return true;
 }
 
 bool RunController::start(const nlohmann::json &config, const QString &label,
@@ -75,12 +211,7 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     // when the app (or the machine) goes down.
     QString dir;
     if (!runsDirectory.isEmpty()) {
-        const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
-                             QLatin1Char('-') +
-                             runFolderName(folderHint.isEmpty() ? QString::fromStdString(prepared.config.mode) : folderHint);
-        dir = QDir(runsDirectory).filePath(name);
-        for (int i = 2; QDir(dir).exists(); ++i)
-            dir = QDir(runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));
+        nameRunFolder(runsDirectory, folderHint.isEmpty() ? QString::fromStdString(prepared.config.mode) : folderHint, &dir);
         m_engine->setOutputDirectory(dir.toStdString());
         m_engine->setRetention(Engine::Retention::Feed);
     }
@@ -103,11 +234,20 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
 
 void RunController::stop()
 {
-    if (m_engine)
+    if (m_mpirun && m_mpirun->state() != QProcess::NotRunning) {
+        m_mpirun->terminate();
+        m_killTimer.start();
+    } else if (m_engine) {
         m_engine->requestStop();
+    }
 }
 
-bool RunController::isRunning() const { return m_engine && !m_engine->finished() && m_timer.isActive(); }
+bool RunController::isRunning() const
+{
+    if (m_mpirun)
+        return m_timer.isActive();
+    return m_engine && !m_engine->finished() && m_timer.isActive();
+}
 
 void RunController::setSlowdown(int worker, double factor)
 {
@@ -130,8 +270,71 @@ void RunController::setAllPaused(bool paused)
         m_engine->setPaused(w, paused);
 }
 
+void RunController::pollMpi()
+{
+    const bool exited = m_mpiExited; // read first: what rank 0 wrote before it ended is all read below
+    try {
+        if (!m_run && m_follow->config()) {
+            m_run = std::make_shared<RunData>(*m_follow->config(), m_mpiLabel);
+            m_run->setDirectory(m_mpiDir);
+            Q_EMIT runStarted(m_run);
+        }
+        if (m_run) {
+            m_buffer.clear();
+            if (m_follow->poll(m_buffer) > 0) {
+                for (const Record &r : m_buffer)
+                    if (!r.isSpan() && r.counter() == CounterId::Loss)
+                        m_mpiStep = std::max<qint64>(m_mpiStep, qint64(r.step) + 1);
+                m_run->append(m_buffer);
+                Q_EMIT dataAvailable();
+            }
+            const qint64 total = m_run->config().steps;
+            const double elapsed = double(m_mpiClock.elapsed()) / 1e3;
+            const double rate = elapsed > 0 ? double(m_mpiStep) * double(m_run->config().samplesPerStep()) / elapsed : 0.0;
+            const double remaining = m_mpiStep > 0 ? elapsed * double(total - m_mpiStep) / double(m_mpiStep) : -1.0;
+            Q_EMIT progressChanged(m_mpiStep, total, rate, elapsed, remaining);
+        }
+    } catch (const std::exception &e) {
+        m_log += QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what()));
+        Q_EMIT logAppended(QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what())));
+        stop();
+    }
+    if (exited)
+        finishMpi();
+}
+
+void RunController::finishMpi()
+{
+    m_timer.stop();
+    m_killTimer.stop();
+    QFile::remove(m_mpiConfigFile);
+    m_mpiConfigFile.clear();
+    const int code = m_mpirun->exitStatus() == QProcess::NormalExit ? m_mpirun->exitCode() : -1;
+    const QString tail = m_log.right(1500).trimmed();
+    if (!m_run) { // no rank got as far as writing the run folder
+        m_mpirun.reset();
+        Q_EMIT runFailed(tr("The MPI run did not start (mpirun exit %1):\n%2").arg(code).arg(tail), {});
+        return;
+    }
+    m_run->summary = m_follow->summary();
+    const std::string status = m_run->summary.value("status", "running");
+    m_run->state = status == "running" ? RunState::Failed : runStateFromName(status);
+    m_run->interrupted = status == "running";
+    m_run->error = QString::fromStdString(m_run->summary.value("error", ""));
+    if (m_run->state == RunState::Failed && m_run->error.isEmpty())
+        m_run->error = tr("mpirun ended (exit %1) before rank 0 closed the run:\n%2").arg(code).arg(tail);
+    m_mpirun.reset();
+    if (m_run->state == RunState::Failed)
+        Q_EMIT runFailed(m_run->error, {});
+    Q_EMIT runFinished(m_run);
+}
+
 void RunController::poll()
 {
+    if (m_mpirun) {
+        pollMpi();
+        return;
+    }
     if (!m_engine)
         return;
     const bool done = m_engine->finished();

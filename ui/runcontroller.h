@@ -7,6 +7,7 @@
 
 #include <QElapsedTimer>
 #include <QObject>
+#include <QProcess>
 #include <QTimer>
 
 #include <memory>
@@ -16,6 +17,18 @@ namespace syncopate {
 // A run's name as a folder name: letters, digits and - = . _ , kept, anything else '_', at
 // most 80 characters, never hidden.
 QString runFolderName(const QString &text);
+
+class RunFollower;
+
+// How Run > Run with MPI starts a run: mpirun with this many ranks (and a hostfile for other
+// machines), each rank a syncopate-cli process; the GUI follows the run folder they write.
+struct MpiLaunch {
+    int ranks = 2;
+    QString hostfile;        // empty: every rank on this machine
+    QString mpirun;          // empty: found on PATH
+    QString cli;             // empty: syncopate-cli beside this program, else on PATH
+    QStringList extraArgs;   // passed to mpirun before the program (--mca ..., -x ...)
+};
 
 class RunController : public QObject {
     Q_OBJECT
@@ -29,8 +42,20 @@ public:
     // when empty. Characters a file name cannot hold become '_'.
     bool start(const nlohmann::json &config, const QString &label, const QString &runsDirectory,
                const QString &folderHint = {});
+    // The same run as MPI ranks: `mpirun -np N syncopate-cli run --config F --out DIR` as a
+    // child process, its output in logAppended, the run folder followed live (RunFollower)
+    // and read as it ended. Validates the config here first (runFailed with the fields).
+    bool startMpi(const nlohmann::json &config, const MpiLaunch &launch, const QString &label,
+                  const QString &runsDirectory, const QString &folderHint = {});
+    // The command line startMpi would run (for the log and the tooltip).
+    static QStringList mpiCommand(const MpiLaunch &launch, const QString &configFile, const QString &outDir,
+                                  QString *program, QString *error);
+    // An MPI run: SIGTERM to mpirun, which passes it to every rank (rank 0 closes the run as
+    // stopped); mpirun killed if it is still there after 1.5 s. Otherwise the engine stops.
     void stop();
     bool isRunning() const;
+    bool isMpi() const { return bool(m_mpirun); }
+    const QString &mpiLog() const { return m_log; }
     RunDataPtr run() const { return m_run; }
     Engine *engine() const { return m_engine.get(); }
 
@@ -50,10 +75,15 @@ Q_SIGNALS:
                          double remainingS);
     void runFinished(syncopate::RunDataPtr run);
     void runFailed(const QString &message, const QStringList &fields);
+    // Output of mpirun and its ranks, as it comes.
+    void logAppended(const QString &text);
 
 private:
     void poll();
     void finish();
+    void pollMpi();
+    void finishMpi();
+    void nameRunFolder(const QString &runsDirectory, const QString &hint, QString *dir) const;
 
     std::unique_ptr<Engine> m_engine;
     RunDataPtr m_run;
@@ -62,6 +92,15 @@ private:
     std::vector<Record> m_buffer;
     QString m_runsDirectory;
     bool m_allPaused = false;
+
+    // An MPI run: the child mpirun, the folder its rank 0 writes, what has been read of it.
+    std::unique_ptr<QProcess> m_mpirun;
+    std::unique_ptr<RunFollower> m_follow;
+    QString m_mpiDir, m_mpiLabel, m_mpiConfigFile, m_log;
+    QElapsedTimer m_mpiClock;
+    qint64 m_mpiStep = 0;
+    bool m_mpiExited = false;
+    QTimer m_killTimer;
 };
 
 } // namespace syncopate

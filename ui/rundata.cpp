@@ -2,6 +2,8 @@
 
 #include <QObject>
 
+#include <algorithm>
+
 namespace syncopate {
 
 RunData::RunData(RunConfig config, QString label)
@@ -26,6 +28,15 @@ std::shared_ptr<RunData> RunData::fromOpened(const OpenedRun &opened, const QStr
     run->state = opened.interrupted ? RunState::Stopped
                                     : runStateFromName(opened.summary.value("status", "finished"));
     run->error = QString::fromStdString(opened.summary.value("error", ""));
+    const auto &sm = opened.summary;
+    run->m_imported = sm.value("source", "") == "kineto";
+    if (run->m_imported) {
+        if (sm.contains("first_step") && sm["first_step"].is_number_integer())
+            run->m_firstStep = sm["first_step"].get<std::int64_t>();
+        if (sm.contains("ranks") && sm["ranks"].is_array())
+            for (const auto &r : sm["ranks"])
+                run->m_ranks.push_back(r.is_number_integer() ? r.get<int>() : int(run->m_ranks.size()));
+    }
     return run;
 }
 
@@ -60,7 +71,8 @@ void RunData::listRows()
 {
     m_rows.clear();
     for (std::size_t r = 0; r < m_trace->rowCount(); ++r)
-        m_rows.push_back({m_trace->row(r).worker, m_trace->row(r).kind == RowKind::DataLane});
+        m_rows.push_back({m_trace->row(r).worker, m_trace->row(r).kind == RowKind::DataLane,
+                          m_trace->row(r).kind == RowKind::CommLane, QString::fromStdString(m_trace->row(r).name)});
 }
 
 void RunData::setDirectory(const QString &dir)
@@ -70,8 +82,42 @@ void RunData::setDirectory(const QString &dir)
         m_trace->attachDirectory(dir.toStdString());
 }
 
+QString RunData::rowLabel(const TimelineRow &row) const
+{
+    if (m_imported)
+        return row.name;
+    const auto ranks = summary.find("ranks");
+    if (ranks == summary.end() || !ranks->is_array())
+        return {};
+    for (const auto &r : *ranks) {
+        if (!r.is_object())
+            continue;
+        const int first = r.value("first_worker", -1), n = r.value("workers", 0);
+        if (row.worker < first || row.worker >= first + n)
+            continue;
+        const double u = std::max(r.value("clock_uncertainty_ns", 0.0), r.value("clock_uncertainty_end_ns", 0.0));
+        QString label = QObject::tr("rank %1 @ %2").arg(r.value("rank", 0)).arg(QString::fromStdString(r.value("host", "?")));
+        if (r.value("rank", 0) != 0) // rank 0's clock is the run's
+            label += u >= 1000 ? QObject::tr(" \u00b1%1 ms").arg(u / 1e6, 0, 'f', u >= 1e6 ? 1 : 3)
+                               : QObject::tr(" \u00b1%1 \u00b5s").arg(u / 1e3, 0, 'f', 1);
+        return label + (row.dataLane ? QObject::tr(", w%1 data").arg(row.worker) : QObject::tr(", w%1").arg(row.worker));
+    }
+    return {};
+}
+
+QString RunData::workerName(int worker) const
+{
+    if (m_imported)
+        return QObject::tr("rank %1").arg(worker >= 0 && std::size_t(worker) < m_ranks.size() ? m_ranks[std::size_t(worker)] : worker);
+    return QObject::tr("worker %1").arg(worker);
+}
+
 QString RunData::title() const
 {
+    if (m_imported)
+        return QObject::tr("%1: PyTorch profiler trace, %n rank(s) of world size %2", nullptr, m_config.workers)
+            .arg(m_label)
+            .arg(summary.value("world_size", m_config.workers));
     QString t = QObject::tr("%1: %2 mode, %3 workers")
                     .arg(m_label, QString::fromStdString(m_config.mode))
                     .arg(m_config.workers);

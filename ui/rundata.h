@@ -22,7 +22,9 @@ namespace syncopate {
 
 struct TimelineRow {
     int worker = 0;
-    bool dataLane = false; // prefetch lane under the worker's main row
+    bool dataLane = false; // prefetch lane under the worker's main row (an import's CPU row)
+    bool commLane = false; // an import's GPU communication row
+    QString name;          // as the store names it: "worker 3", "rank 3 GPU (2 streams)"
 };
 
 class RunData {
@@ -36,6 +38,17 @@ public:
     void setLabel(const QString &label) { m_label = label; }
     // "run 1: sync mode, 4 workers" (and the device, when not the CPU): timeline and export title.
     QString title() const;
+    // An imported profiler trace (summary.json source "kineto"): workers are ranks, and it has
+    // no loss, staleness or activation memory.
+    bool imported() const { return m_imported; }
+    // "worker 3", or "rank 3" for an import (its rank number, not its position).
+    QString workerName(int worker) const;
+    // The row axis label of one of rows(): the store's name for an import ("rank 3 GPU (2
+    // streams)"), "rank 1 @ host ±12 µs, w3" for a run over MPI ranks (the uncertainty of
+    // the rank's clock offset to rank 0, from summary.json), else empty (the view's own).
+    QString rowLabel(const TimelineRow &row) const;
+    // An import's first ProfilerStep number: step i of the trace model is step firstStep() + i.
+    std::int64_t firstStep() const { return m_firstStep; }
     QString directory() const { return m_directory; }
     // A live run's directory: spans that leave the model's recent window are read back from it.
     void setDirectory(const QString &dir);
@@ -81,6 +94,9 @@ private:
 
     RunConfig m_config;
     QString m_label;
+    bool m_imported = false;
+    std::int64_t m_firstStep = 0;
+    std::vector<int> m_ranks; // an import's rank number per worker
     QString m_directory;
     std::shared_ptr<TraceModel> m_trace;
     std::vector<TimelineRow> m_rows;

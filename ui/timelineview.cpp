@@ -176,6 +176,8 @@ void TimelineView::updateRowLabels()
         QString label;
         if (s.heading()) // a long name is cut in the middle, where run names differ least
             label = metrics.elidedText(m_runs[s.run]->label(), Qt::ElideMiddle, 28 * metrics.averageCharWidth());
+        else if (const QString own = m_runs[s.run]->rowLabel(m_runs[s.run]->rows()[std::size_t(s.row)]); !own.isEmpty())
+            label = metrics.elidedText(own, Qt::ElideRight, 30 * metrics.averageCharWidth()); // ranks, imports
         else if (stacked)
             label = s.dataLane ? tr("w%1 data").arg(s.worker) : tr("w%1").arg(s.worker);
         else
@@ -357,18 +359,21 @@ QString TimelineView::describeAt(const QPoint &pos) const
     }
     const PhaseStyle &st = phaseStyle(s.phase());
     // With several runs shown the same worker exists in each: the text says which run's.
-    const QString who = m_runs.size() > 1 ? tr("%1, worker %2").arg(run.label().toHtmlEscaped()).arg(s.worker)
-                                          : tr("worker %1").arg(s.worker);
+    const QString who = m_runs.size() > 1 ? tr("%1, %2").arg(run.label().toHtmlEscaped(), run.workerName(s.worker))
+                                          : run.workerName(s.worker);
     QString text = tr("<b>%1: %2</b><br>step %3<br>%4 ms, from %5 ms")
                        .arg(who)
                        .arg(st.label)
-                       .arg(s.step)
+                       .arg(run.imported() ? run.firstStep() + std::int64_t(s.step) : std::int64_t(s.step))
                        .arg(double(s.duration()) / 1e6, 0, 'f', 3)
                        .arg(double(s.start) / 1e6, 0, 'f', 3);
     if (s.phase() == Phase::Push)
         text += tr("<br>staleness %1").arg(s.value);
     else if (s.phase() == Phase::Pull)
         text += tr("<br>pulled version %1").arg(s.value);
+    else if (s.phase() == Phase::Reduce && run.imported())
+        text += s.value > 0 ? tr("<br>NCCL collective, %1 KiB").arg(s.value / 1024.0, 0, 'f', 1)
+                            : tr("<br>NCCL collective (the trace gives no size)");
     else if (s.phase() == Phase::Reduce)
         text += tr("<br>%1 KiB averaged").arg(s.value / 1024.0, 0, 'f', 1);
     const double offMs = offCpuNs(s) / 1e6;
@@ -380,7 +385,12 @@ QString TimelineView::describeAt(const QPoint &pos) const
                     .arg(offMs, 0, 'f', 3)
                     .arg(100.0 * offMs * 1e6 / std::max(1.0, double(s.duration())), 0, 'f', 0);
     QString help = st.tooltip;
-    if (s.phase() == Phase::Wait)
+    if (s.phase() == Phase::Wait && run.imported())
+        help = tr("Stalled in the collective: this rank's NCCL kernel had started and waited for the "
+                  "last rank to start it (the latest start among the loaded ranks minus this one's).");
+    else if (s.phase() == Phase::Reduce && run.imported())
+        help = tr("The NCCL kernel once every loaded rank had started it: the transfer itself.");
+    else if (s.phase() == Phase::Wait)
         help = run.config().async()
                    ? tr("Stalled: waiting for the staleness bound or the parameter server's lock.")
                    : tr("Stalled at the barrier, waiting for the slowest worker.");

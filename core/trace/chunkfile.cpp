@@ -41,7 +41,8 @@ std::string at(const std::string &path, std::uint64_t offset)
 
 std::string rowFileName(const RowDescriptor &row)
 {
-    return "w" + std::to_string(row.worker) + (row.kind == RowKind::DataLane ? "-data" : "") + ".syr";
+    const char *suffix = row.kind == RowKind::DataLane ? "-data" : row.kind == RowKind::CommLane ? "-comm" : "";
+    return "w" + std::to_string(row.worker) + suffix + ".syr";
 }
 
 ChunkWriter::ChunkWriter(std::string path, const RowDescriptor &row) : m_path(std::move(path))

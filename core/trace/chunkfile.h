@@ -20,12 +20,14 @@
 namespace syncopate {
 
 // What a row shows. Stored in the file header; readers reject values they do not know.
-enum class RowKind : std::uint8_t { Worker, DataLane, Counters, Count };
+// CommLane: a worker's communication kept apart from its compute (imported GPU traces, where
+// NCCL kernels overlap compute kernels on other streams).
+enum class RowKind : std::uint8_t { Worker, DataLane, Counters, CommLane, Count };
 
 struct RowDescriptor {
     int worker = 0;
     RowKind kind = RowKind::Worker;
-    std::string name; // "worker 3", "worker 3 data"; at most 39 bytes are stored
+    std::string name; // "worker 3", "worker 3 data", "rank 3 GPU comm"; at most 39 bytes are stored
 };
 
 // A foreign, newer or damaged file; the message names the file, what is wrong and the offset.

@@ -130,7 +130,9 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     if (readers.empty())
         throw StoreError(dir + ": no row files (w0.syr, ...); a folder of Syncopate 0.1 or another tool?");
     std::uint64_t records = 0;
+    bool commLanes = false;
     for (const auto &r : readers) {
+        commLanes = commLanes || r->row().kind == RowKind::CommLane;
         run.tornBytes += r->tornBytes();
         records += r->records();
         if (r->row().worker >= run.config.workers)
@@ -157,7 +159,10 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
         if (fs::exists(d / f, ec))
             run.files.emplace_back(f);
 
-    run.trace = std::make_shared<TraceModel>(run.config.workers, run.config.prefetch, run.config.batch);
+    const auto freshModel = [&] {
+        return std::make_shared<TraceModel>(run.config.workers, run.config.prefetch, run.config.batch, commLanes);
+    };
+    run.trace = freshModel();
     bool indexed = false;
     try {
         indexed = run.trace->loadIndex((d / "index.syi").string()) && run.trace->recordCount() == records;
@@ -165,7 +170,7 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
         indexed = false; // a damaged index is rebuilt from the row files, which are the truth
     }
     if (!indexed)
-        run.trace = std::make_shared<TraceModel>(run.config.workers, run.config.prefetch, run.config.batch);
+        run.trace = freshModel();
     run.trace->adoptRowFiles(std::move(readers));
     if (!indexed && !run.trace->rebuildFromFiles([&](double f) { return !progress || progress(f); }))
         throw StoreError(dir + ": opening cancelled");
@@ -176,8 +181,11 @@ void exportTraceJson(const std::string &path, const std::string &runDir)
 {
     const RunConfig config = readRunConfig((fs::path(runDir) / "config.json").string());
     std::vector<std::string> files;
-    TraceModel trace(config.workers, config.prefetch, config.batch);
-    trace.adoptRowFiles(openRowFiles(runDir, files));
+    auto readers = openRowFiles(runDir, files);
+    const bool commLanes = std::any_of(readers.begin(), readers.end(),
+                                       [](const auto &r) { return r->row().kind == RowKind::CommLane; });
+    TraceModel trace(config.workers, config.prefetch, config.batch, commLanes);
+    trace.adoptRowFiles(std::move(readers));
     exportTraceJson(path, config, trace);
 }
 
@@ -193,18 +201,28 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
     std::fputs("\"},\"traceEvents\":[\n", o);
     std::fprintf(o, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"Syncopate %s run, %d workers\"}}",
                  config.mode.c_str(), config.workers);
-    // One thread per worker for compute and communication, and one for its prefetch lane.
-    for (int w = 0; w < config.workers; ++w) {
-        std::fprintf(o, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"worker %d\"}}", w, w);
-        std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}", w, 2 * w);
-        if (config.prefetch) {
-            std::fprintf(o, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"worker %d data\"}}", 1000 + w, w);
-            std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}", 1000 + w, 2 * w + 1);
-        }
+    // One thread per row: a worker's compute (and communication, unless it has a row of its
+    // own), its prefetch lane, its communication lane; named as the row is.
+    const auto tidOf = [](int worker, RowKind kind) {
+        return kind == RowKind::DataLane ? 1000 + worker : kind == RowKind::CommLane ? 2000 + worker : worker;
+    };
+    bool commRows = false;
+    for (std::size_t i = 0; i < trace.rowCount(); ++i) {
+        const RowDescriptor &row = trace.row(i);
+        if (row.kind == RowKind::Counters)
+            continue;
+        commRows = commRows || row.kind == RowKind::CommLane;
+        const std::string name = nlohmann::json(row.name).dump(); // quoted and escaped
+        std::fprintf(o, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":%s}}",
+                     tidOf(row.worker, row.kind), name.c_str());
+        std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+                     tidOf(row.worker, row.kind), 3 * row.worker + (row.kind == RowKind::DataLane ? 1 : row.kind == RowKind::CommLane ? 2 : 0));
     }
     trace.forEachRecord([&](const Record &r) {
         if (r.isSpan()) {
-            const int tid = r.lane() == Lane::Data ? 1000 + r.worker : r.worker;
+            const int tid = r.lane() == Lane::Data ? 1000 + r.worker
+                            : r.lane() == Lane::Comm && commRows ? 2000 + r.worker
+                                                                 : r.worker;
             std::fprintf(o,
                          ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
                          "\"pid\":1,\"tid\":%d,\"args\":{\"step\":%" PRIu32,

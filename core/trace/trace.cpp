@@ -55,7 +55,8 @@ const char *phaseName(Phase p)
 {
     static const char *names[] = {"data",  "forward", "backward", "recompute",
                                   "wait",  "reduce",  "push",     "pull",
-                                  "apply", "delay",   "eval",     "pause"};
+                                  "apply", "delay",   "eval",     "pause",
+                                  "copy",  "compute"};
     static_assert(sizeof(names) / sizeof(names[0]) == std::size_t(Phase::Count));
     return p < Phase::Count ? names[std::size_t(p)] : "?";
 }

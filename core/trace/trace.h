@@ -19,7 +19,10 @@ namespace syncopate {
 
 enum class Phase : std::uint8_t {
     Data, Forward, Backward, Recompute, Wait, Reduce, Push, Pull, Apply, Delay, Eval, Pause,
-    Count
+    Copy,    // imported traces: memory copies and sets on a GPU
+    Compute, // imported traces: kernels outside any forward, backward or optimizer annotation
+    Count    // at most 16: a phase is the low nibble of Record::code
+
 };
 enum class Lane : std::uint8_t { Compute, Data, Comm, Count };
 enum class CounterId : std::uint8_t {

@@ -18,8 +18,9 @@ bool startsBefore(const Record &a, const Record &b) { return a.start < b.start; 
 
 } // namespace
 
-TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch)
-    : m_workers(std::max(0, workers)), m_dataLanes(dataLanes), m_samplesPerBatch(samplesPerBatch)
+TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool commLanes)
+    : m_workers(std::max(0, workers)), m_dataLanes(dataLanes), m_commLanes(commLanes),
+      m_samplesPerBatch(samplesPerBatch)
 {
     const auto w = std::size_t(m_workers);
     m_counters.assign(std::size_t(CounterId::Count), std::vector<std::vector<CounterPoint>>(w));
@@ -39,12 +40,21 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch)
             m_rowIndex[{i, int(RowKind::DataLane)}] = m_rows.size();
             m_rows.push_back(std::move(data));
         }
+        if (commLanes) {
+            Row comm;
+            comm.desc = {i, RowKind::CommLane, "worker " + std::to_string(i) + " comm"};
+            comm.recentFrom = std::numeric_limits<std::int64_t>::min();
+            m_rowIndex[{i, int(RowKind::CommLane)}] = m_rows.size();
+            m_rows.push_back(std::move(comm));
+        }
     }
 }
 
 std::size_t TraceModel::rowFor(const Record &r)
 {
-    const int kind = int(r.lane() == Lane::Data && m_dataLanes ? RowKind::DataLane : RowKind::Worker);
+    const int kind = int(r.lane() == Lane::Data && m_dataLanes   ? RowKind::DataLane
+                         : r.lane() == Lane::Comm && m_commLanes ? RowKind::CommLane
+                                                                 : RowKind::Worker);
     const auto it = m_rowIndex.find({int(r.worker), int(rowKey(kind))});
     return it == m_rowIndex.end() ? std::size_t(-1) : it->second;
 }
@@ -331,7 +341,8 @@ std::vector<std::array<double, std::size_t(Phase::Count)>> TraceModel::phaseTime
         offCpu->assign(static_cast<std::size_t>(m_workers), 0.0);
     std::vector<Record> spans;
     for (std::size_t r = 0; r < m_rows.size(); ++r) {
-        if (m_rows[r].desc.kind != RowKind::Worker || m_rows[r].desc.worker >= m_workers)
+        if (m_rows[r].desc.kind == RowKind::DataLane || m_rows[r].desc.kind == RowKind::Counters ||
+            m_rows[r].desc.worker >= m_workers)
             continue;
         spansIn(r, std::int64_t(t0), std::int64_t(std::ceil(t1)), spans);
         for (const Record &s : spans) {

@@ -52,8 +52,9 @@ public:
     static constexpr double kThroughputWindowNs = 5e8;
     static constexpr std::size_t kRecentSpans = std::size_t(1) << 16;
 
-    // workers > 0: the rows of a local run (each worker, and its prefetch lane if any).
-    TraceModel(int workers, bool dataLanes, int samplesPerBatch);
+    // workers > 0: the rows of a local run (each worker, and its prefetch lane if any; with
+    // commLanes its Lane::Comm spans get a row of their own, as imported GPU traces do).
+    TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool commLanes = false);
 
     // Adds records as they come (any order; rows sort lazily, O(n log n)).
     void append(const Record *records, std::size_t n);
@@ -138,6 +139,7 @@ private:
 
     int m_workers = 0;
     bool m_dataLanes = false;
+    bool m_commLanes = false;
     int m_samplesPerBatch = 1;
     std::string m_dir;
     bool m_keepRaw = true;

@@ -16,7 +16,7 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'I', 'D', 'X', '\0'};
 // 2: steps carry descheduled time; 3: a staleness histogram per worker
-constexpr std::uint32_t kIndexVersion = 3;
+constexpr std::uint32_t kIndexVersion = 4; // 4: copy and compute phases, comm lanes
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t(1) << 31;
 
 class Out {
@@ -99,7 +99,7 @@ void TraceModel::saveIndex(const std::string &path) const
     o.m_bytes.insert(o.m_bytes.end(), kMagic, kMagic + 8);
     o.put(kIndexVersion);
     o.put<std::int32_t>(m_workers);
-    o.put<std::uint8_t>(m_dataLanes);
+    o.put<std::uint8_t>(std::uint8_t((m_dataLanes ? 1 : 0) | (m_commLanes ? 2 : 0)));
     o.put<std::int32_t>(m_samplesPerBatch);
     o.put(m_last);
     o.put(m_spans);
@@ -204,7 +204,8 @@ bool TraceModel::loadIndex(const std::string &path)
     const auto workers = in.get<std::int32_t>();
     if (workers != m_workers)
         in.fail(12, std::to_string(workers) + " workers where the config has " + std::to_string(m_workers));
-    const bool dataLanes = in.get<std::uint8_t>() != 0;
+    const auto lanes = in.get<std::uint8_t>();
+    const bool dataLanes = (lanes & 1) != 0, commLanes = (lanes & 2) != 0;
     m_samplesPerBatch = in.get<std::int32_t>();
     m_last = in.get<std::int64_t>();
     m_spans = in.get<std::uint64_t>();
@@ -212,8 +213,9 @@ bool TraceModel::loadIndex(const std::string &path)
     const auto rows = in.get<std::uint64_t>();
     if (rows > 65536 * 3)
         in.fail(in.pos(), std::to_string(rows) + " rows");
-    TraceModel fresh(workers, dataLanes, m_samplesPerBatch);
+    TraceModel fresh(workers, dataLanes, m_samplesPerBatch, commLanes);
     m_dataLanes = dataLanes;
+    m_commLanes = commLanes;
     m_rows = std::move(fresh.m_rows);
     m_rowIndex = std::move(fresh.m_rowIndex);
     for (std::uint64_t i = 0; i < rows; ++i) {

@@ -1,0 +1,125 @@
+// An imported job written as a run directory: the same files as a native run (config.json,
+// row files, metrics.csv, summary.json, index.syi, trace.json), so every view that opens a run
+// opens it; summary.json says source "kineto" and carries the import's own figures.
+#include "kineto.h"
+
+#include "runstore.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+namespace syncopate {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string rowName(const ImportedRank &r, RowKind kind)
+{
+    const std::string rank = "rank " + std::to_string(r.rank);
+    switch (kind) {
+    case RowKind::DataLane:
+        return rank + " CPU (" + std::to_string(r.cpuThreads.size()) + (r.cpuThreads.size() == 1 ? " thread)" : " threads)");
+    case RowKind::CommLane:
+        return rank + " GPU comm (NCCL)";
+    default:
+        return rank + " GPU (" + std::to_string(r.gpuStreams.size()) + (r.gpuStreams.size() == 1 ? " stream)" : " streams)");
+    }
+}
+
+} // namespace
+
+void writeImportedRun(const KinetoJob &job, const std::string &dir)
+{
+    const int workers = int(job.ranks.size());
+    if (workers < 1)
+        throw StoreError(dir + ": nothing to write, no rank was imported");
+    if (workers > 256)
+        throw StoreError(dir + ": " + std::to_string(workers) + " ranks; a run folder holds at most 256");
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+        throw StoreError(dir + ": cannot create the run folder (" +
+                         (ec ? ec.message() : std::string("a file has that name")) + ")");
+    const auto in = [&](const std::string &name) { return (fs::path(dir) / name).string(); };
+
+    // The config a reader needs: one worker per rank, a CPU (data) lane each, the steps seen.
+    RunConfig config = parseConfig(nlohmann::json::object());
+    config.workers = workers;
+    config.prefetch = true;
+    config.steps = std::max(1, int(job.summaryFields().value("steps", 1)));
+    config.slowdown.assign(std::size_t(workers), 1.0);
+    writeFileAtomically(in("config.json"), config.toJson().dump(2) + "\n");
+
+    // Row files: rank i's GPU compute, CPU and GPU communication rows.
+    std::vector<std::unique_ptr<ChunkWriter>> rows(std::size_t(workers) * 3);
+    for (int w = 0; w < workers; ++w)
+        for (RowKind kind : {RowKind::Worker, RowKind::DataLane, RowKind::CommLane}) {
+            const RowDescriptor d{w, kind, rowName(job.ranks[std::size_t(w)], kind)};
+            const std::size_t slot = std::size_t(w) * 3 + (kind == RowKind::DataLane ? 1 : kind == RowKind::CommLane ? 2 : 0);
+            rows[slot] = std::make_unique<ChunkWriter>(in(rowFileName(d)), d);
+        }
+    TraceModel model(workers, true, 0, true);
+    model.setKeepRaw(false);
+    for (const Record &r : job.records) {
+        if (r.worker >= workers || !r.isSpan())
+            continue;
+        const std::size_t slot = std::size_t(r.worker) * 3 + (r.lane() == Lane::Data ? 1 : r.lane() == Lane::Comm ? 2 : 0);
+        rows[slot]->append(r);
+    }
+    model.append(job.records);
+    for (auto &row : rows)
+        row->flush();
+    rows.clear();
+
+    // metrics.csv: one row per rank per step, worker = the rank's number.
+    {
+        const std::string path = in("metrics.csv");
+        std::FILE *o = std::fopen(path.c_str(), "wb");
+        if (!o)
+            throw StoreError(path + ": cannot write (" + std::strerror(errno) + ")");
+        std::fputs("worker,step,t_ms,step_ms,wait_ms,compute_ms,comm_ms\n", o);
+        for (std::size_t i = 0; i < job.steps.size(); ++i) {
+            const StepRow &s = job.steps[i];
+            const KinetoJob::StepExtra x = i < job.stepExtras.size() ? job.stepExtras[i] : KinetoJob::StepExtra{};
+            const int rank = s.worker >= 0 && s.worker < workers ? job.ranks[std::size_t(s.worker)].rank : s.worker;
+            std::fprintf(o, "%d,%" PRId64 ",%.4f,%.4f,%.4f,%.4f,%.4f\n", rank, s.step, s.tMs, s.stepMs, s.waitMs,
+                         x.computeMs, x.commMs);
+        }
+        const bool ok = !std::ferror(o);
+        if (std::fclose(o) != 0 || !ok)
+            throw StoreError(path + ": write failed (disk full?)");
+    }
+
+    // summary.json: the import's figures, and the fields every run's summary has.
+    nlohmann::json s = job.summaryFields();
+    s["source"] = "kineto";
+    s["mode"] = "sync";
+    s["workers"] = workers;
+    s["status"] = "finished";
+    double stall = 0, active = 0;
+    for (const StepRow &r : job.steps) {
+        stall += r.waitMs;
+        active += r.stepMs;
+    }
+    s["stall_fraction"] = active > 0 ? stall / active : 0.0;
+    s["final_loss"] = nullptr;
+    s["samples_per_s"] = nullptr;
+    s["delay_ms_per_worker"] = std::vector<double>(std::size_t(workers), 0.0);
+    s["descheduled_ms_per_worker"] = std::vector<double>(std::size_t(workers), 0.0);
+    s["descheduled_fraction"] = 0.0;
+    s["recompute_ms"] = 0.0;
+    s["peak_activation_bytes"] = 0;
+    s["staleness_mean"] = 0.0;
+    s["staleness_max"] = 0;
+    s["staleness_histogram"] = nlohmann::json::array();
+    model.saveIndex(in("index.syi"));
+    writeFileAtomically(in("summary.json"), s.dump(2) + "\n");
+    exportTraceJson(in("trace.json"), dir);
+}
+
+} // namespace syncopate
