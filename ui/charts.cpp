@@ -564,6 +564,8 @@ void ChartsWidget::fillStalls()
             p->graph(g)->removeFromLegend();
     }
     if (imported) {
+        for (int g : {run.workers(), run.workers() + 1, run.workers() + 2})
+            p->graph(g)->data()->clear(); // hidden, and kept out of the axes' range
         p->graph(run.workers())->setVisible(false);
         p->graph(run.workers())->removeFromLegend();
         p->yAxis2->setVisible(false);
@@ -572,6 +574,8 @@ void ChartsWidget::fillStalls()
     p->rescaleAxes();
     p->yAxis2->setRange(0, 100);
     p->yAxis->setLabel(imported ? tr("stall in collectives (ms per step)") : tr("wait (ms)"));
+    if (imported) // a rank that never waits draws its line on 0: keep it off the axis
+        p->yAxis->setRange(-0.03 * std::max(1e-3, p->yAxis->range().upper), p->yAxis->range().upper * 1.05);
 }
 
 void ChartsWidget::fillCompareStalls(int firstGraph)

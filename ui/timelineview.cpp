@@ -91,15 +91,19 @@ void TimelineView::updateLegend()
     std::vector<Phase> phases;
     for (const RunDataPtr &run : m_runs) {
         std::vector<Phase> own;
-        if (run->config().async())
+        if (run->imported()) // a profiler trace: its kernels and operators, and the stalls in collectives
+            own = {Phase::Forward, Phase::Backward, Phase::Apply, Phase::Compute, Phase::Copy, Phase::Wait, Phase::Reduce};
+        else if (run->config().async())
             own = {Phase::Pull, Phase::Data, Phase::Forward, Phase::Backward, Phase::Push, Phase::Wait, Phase::Delay};
         else
             own = {Phase::Data, Phase::Forward, Phase::Backward, Phase::Wait, Phase::Reduce, Phase::Apply, Phase::Delay};
-        if (run->config().checkpoint)
+        if (run->config().checkpoint && !run->imported())
             own.insert(own.begin() + 3, Phase::Recompute);
-        own.push_back(Phase::Eval);
-        own.push_back(Phase::Pause);
-        own.push_back(Phase::Count); // off CPU
+        if (!run->imported()) {
+            own.push_back(Phase::Eval);
+            own.push_back(Phase::Pause);
+            own.push_back(Phase::Count); // off CPU
+        }
         auto at = phases.begin();
         for (Phase p : own) {
             const auto found = std::find(phases.begin(), phases.end(), p);
