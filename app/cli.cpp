@@ -64,7 +64,8 @@ void printUsage(std::FILE *to)
         "  syncopate-cli info DIR           status, mode, workers, steps, spans, time and files\n"
         "                                   of a run folder (also one that was interrupted)\n"
         "  syncopate-cli export DIR [FILE]  write the run's trace.json (Perfetto) from its row files\n"
-        "  syncopate-cli import FILE|FOLDER... [--out DIR] [--images] [--align-clocks]\n"
+        "  syncopate-cli import FILE|FOLDER... [--out DIR] [--images [--window N_FROM:N_TO]]\n"
+        "                    [--align-clocks]\n"
         "                                   read PyTorch profiler (Kineto) traces, one per rank\n"
         "                                   (.json or .json.gz), into a run folder: stalls per rank\n"
         "                                   per step, the straggler, per-rank timeline rows\n"
@@ -209,6 +210,19 @@ bool writeImages(const std::string &dir, std::int64_t fromStep, std::int64_t toS
     return true;
 }
 
+// --window STEP_FROM:STEP_TO, the steps the timeline image shows.
+void parseWindow(const std::string &w, std::int64_t *fromStep, std::int64_t *toStep)
+{
+    const auto colon = w.find(':');
+    char *endA = nullptr, *endB = nullptr;
+    const long long f = colon == std::string::npos ? -1 : std::strtoll(w.c_str(), &endA, 10);
+    const long long t = colon == std::string::npos ? -1 : std::strtoll(w.c_str() + colon + 1, &endB, 10);
+    if (colon == std::string::npos || endA != w.c_str() + colon || *endB != '\0' || f < 0 || t < f)
+        throw ConfigError("--window takes STEP_FROM:STEP_TO, e.g. 10:14 (got \"" + w + "\")", {});
+    *fromStep = f;
+    *toStep = t;
+}
+
 int commandRun(const std::vector<std::string> &args)
 {
     bool images = false;
@@ -240,15 +254,7 @@ int commandRun(const std::vector<std::string> &args)
         } else if (a == "--images") {
             images = true;
         } else if (a == "--window") {
-            const std::string w = value();
-            const auto colon = w.find(':');
-            char *endA = nullptr, *endB = nullptr;
-            const long long f = colon == std::string::npos ? -1 : std::strtoll(w.c_str(), &endA, 10);
-            const long long t = colon == std::string::npos ? -1 : std::strtoll(w.c_str() + colon + 1, &endB, 10);
-            if (colon == std::string::npos || endA != w.c_str() + colon || *endB != '\0' || f < 0 || t < f)
-                throw ConfigError("--window takes STEP_FROM:STEP_TO, e.g. 10:14 (got \"" + w + "\")", {});
-            fromStep = f;
-            toStep = t;
+            parseWindow(value(), &fromStep, &toStep);
         } else {
             throw ConfigError("run: unknown argument \"" + a + "\"", {});
         }
@@ -444,6 +450,7 @@ int commandImport(const std::vector<std::string> &args)
     std::vector<std::string> files;
     std::string out;
     bool images = false;
+    std::int64_t fromStep = -1, toStep = -1; // ProfilerStep numbers
     KinetoOptions options;
     for (std::size_t i = 0; i < args.size(); ++i) {
         if (args[i] == "--out") {
@@ -454,8 +461,13 @@ int commandImport(const std::vector<std::string> &args)
             images = true;
         } else if (args[i] == "--align-clocks") {
             options.alignClocks = true;
+        } else if (args[i] == "--window") {
+            if (i + 1 >= args.size())
+                throw ConfigError("import: --window needs STEP_FROM:STEP_TO (ProfilerStep numbers)", {});
+            parseWindow(args[++i], &fromStep, &toStep);
         } else if (args[i].rfind("--", 0) == 0) {
-            throw ConfigError("import: unknown option " + args[i] + " (expected --out DIR, --images, --align-clocks)", {});
+            throw ConfigError("import: unknown option " + args[i] +
+                                  " (expected --out DIR, --images, --window STEP_FROM:STEP_TO, --align-clocks)", {});
         } else {
             files.push_back(args[i]);
         }
@@ -505,7 +517,12 @@ int commandImport(const std::vector<std::string> &args)
         std::printf("clocks    %s\n", job.alignmentNote.c_str());
     for (const auto &n : job.notes)
         std::printf("note      %s\n", n.c_str());
-    if (images && !writeImages(out, -1, -1))
+    // The store counts steps from the first ProfilerStep; --window names ProfilerStep numbers.
+    if (toStep >= 0) {
+        fromStep = std::max<std::int64_t>(0, fromStep - job.firstStep);
+        toStep = std::max<std::int64_t>(fromStep, toStep - job.firstStep);
+    }
+    if (images && !writeImages(out, fromStep, toStep))
         return 1;
     return 0;
 }

@@ -371,7 +371,7 @@ void ChartsWidget::refresh()
             text = plot == m_loss        ? tr("A profiler trace records no loss:\nthis chart is for Syncopate's own runs.")
                    : plot == m_staleness ? tr("A profiler trace of a synchronous job has no staleness.")
                    : plot == m_memory    ? tr("Activation memory is not read from profiler traces.")
-                                         : tr("A profiler trace gives no samples processed:\nsee the stalls chart and the timeline.");
+                                         : tr("This trace has no complete ProfilerStep.");
         else if (!hasData(plot))
             text = haveRun && !running ? tr("This run recorded nothing for this chart.")
                                        : emptyPlotText(haveRun);
@@ -878,6 +878,34 @@ void ChartsWidget::fillThroughput()
     QCustomPlot *p = m_throughput;
     GraphSlots slots_(p, m_scale);
     auto graph = [&](const QString &name, QColor c, double width) { return slots_.next(name, c, width); };
+    // An imported trace has no samples: its step chart is each rank's ProfilerStep time.
+    const bool imported = m_current && m_current->imported();
+    titleOf(p)->setText(imported ? tr("Step time per rank") : tr("Throughput"));
+    p->xAxis->setLabel(imported ? tr("step (ProfilerStep#)") : tr("run time (s)"));
+    p->yAxis->setLabel(imported ? tr("step time (ms)") : tr("samples / s"));
+    setTabText(4, imported ? tr("Step time") : tr("Throughput"));
+    if (imported) {
+        const RunData &run = *m_current;
+        const auto rows = run.summary.find("step_ms_by_worker");
+        for (int w = 0; w < run.workers(); ++w) {
+            QVector<double> x, y;
+            if (rows != run.summary.end() && rows->is_array() && std::size_t(w) < rows->size() && (*rows)[std::size_t(w)].is_array()) {
+                const auto &row = (*rows)[std::size_t(w)];
+                for (std::size_t i = 0; i < row.size(); ++i)
+                    if (row[i].is_number()) {
+                        x.push_back(double(run.firstStep()) + double(i));
+                        y.push_back(row[i].get<double>());
+                    }
+            }
+            QCPGraph *g = graph(run.workerName(w), seriesColor(w), kWorkerLine);
+            g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 5 * m_scale));
+            g->setData(x, y, true);
+        }
+        p->rescaleAxes();
+        p->xAxis->setRange(p->xAxis->range().lower - 0.5, p->xAxis->range().upper + 0.5); // whole markers
+        p->yAxis->setRange(0, std::max(1e-3, p->yAxis->range().upper * 1.1));
+        return;
+    }
     double lastKey = 0;
     auto fill = [&](const RunData &run, const QString &name, QColor c, double width) {
         QVector<double> x, y;

@@ -50,6 +50,22 @@ bool exportPlot(QCustomPlot *plot, const QString &path, QSize size, double scale
 
 std::pair<double, double> stepWindowMs(const RunData &run, std::int64_t from, std::int64_t to)
 {
+    // An imported trace: its ProfilerStep windows (step i of the store is step firstStep + i).
+    if (run.imported()) {
+        const auto it = run.summary.find("step_windows_ms");
+        double start = -1, end = -1;
+        if (it != run.summary.end() && it->is_array())
+            for (const auto &w : *it) {
+                if (!w.is_array() || w.size() != 3 || !w[0].is_number() || !w[1].is_number() || !w[2].is_number())
+                    continue;
+                const std::int64_t step = w[0].get<std::int64_t>() - run.firstStep();
+                if (step < from || step > to)
+                    continue;
+                start = start < 0 ? w[1].get<double>() : std::min(start, w[1].get<double>());
+                end = std::max(end, w[2].get<double>());
+            }
+        return end > start && start >= 0 ? std::make_pair(start, end) : std::make_pair(-1.0, -1.0);
+    }
     // A step ends at its loss sample; it starts where the step before ended.
     double start = -1, end = -1;
     for (int w = 0; w < run.workers(); ++w) {
@@ -89,7 +105,11 @@ QStringList renderRunImages(const RunDataPtr &run, const QString &dir, QSize siz
         if (t1 > t0) {
             timeline.setFollowLive(false);
             timeline.xAxis->setRange(t0, t1);
-            timeline.setTitle(QObject::tr("%1, steps %2 to %3").arg(run->title()).arg(fromStep).arg(toStep));
+            timeline.setTitle(run->imported() ? QObject::tr("%1, ProfilerStep#%2 to #%3")
+                                                    .arg(run->title())
+                                                    .arg(run->firstStep() + fromStep)
+                                                    .arg(run->firstStep() + toStep)
+                                              : QObject::tr("%1, steps %2 to %3").arg(run->title()).arg(fromStep).arg(toStep));
         }
     }
     const QString path = QDir(dir).filePath(QStringLiteral("timeline.png"));

@@ -207,9 +207,11 @@ void MainWindow::importTraces(const QStringList &paths, std::function<void(const
     for (const QString &p : paths)
         files.push_back(QDir::toNativeSeparators(p).toStdString());
     auto error = std::make_shared<QString>();
-    m_importThread = QThread::create([files, out, error] {
+    KinetoOptions options;
+    options.alignClocks = QSettings().value(QStringLiteral("import/alignClocks"), false).toBool();
+    m_importThread = QThread::create([files, out, error, options] {
         try {
-            writeImportedRun(importKineto(files), out.toStdString());
+            writeImportedRun(importKineto(files, options), out.toStdString());
         } catch (const std::exception &e) {
             *error = QString::fromStdString(e.what());
         }
@@ -250,6 +252,9 @@ QString MainWindow::importVerdict(const RunData &run)
         lines << tr("One rank loaded: stalls are measured against the other ranks, so import them all to see who waits for whom.");
     else
         lines << tr("No straggler: no collective was matched across the loaded ranks.");
+    const auto clocks = s.find("clock_alignment");
+    if (clocks != s.end() && clocks->is_object() && clocks->value("enabled", false))
+        lines << tr("Clocks aligned: %1").arg(QString::fromStdString(clocks->value("note", std::string())).toHtmlEscaped());
     for (const char *key : {"notes", "warnings"})
         if (s.contains(key) && s[key].is_array())
             for (const auto &n : s[key])
@@ -383,6 +388,13 @@ void MainWindow::createActions()
         settings.setValue(QStringLiteral("import/lastFolder"), dir);
         importTraces({dir});
     });
+    QAction *align = file->addAction(tr("Align Rank &Clocks on Import"));
+    align->setCheckable(true);
+    align->setChecked(QSettings().value(QStringLiteral("import/alignClocks"), false).toBool());
+    align->setToolTip(tr("Shift each rank's times so that the ends of its matched collectives meet the "
+                         "first rank's (they end nearly together on every rank): for traces from hosts "
+                         "whose clocks disagree. Off: each file's own clock."));
+    connect(align, &QAction::toggled, this, [](bool on) { QSettings().setValue(QStringLiteral("import/alignClocks"), on); });
     file->addAction(tr("Open &Config..."), this, [this] {
         const QString f = QFileDialog::getOpenFileName(this, tr("Open a config"), QString(), tr("JSON (*.json)"));
         if (!f.isEmpty())
@@ -889,6 +901,8 @@ QStringList MainWindow::runListTexts() const
 
 QString MainWindow::runItemText(const RunData &run) const
 {
+    if (run.imported())
+        return tr("%1: PyTorch trace, %n rank(s)", nullptr, run.workers()).arg(run.label());
     return tr("%1: %2, %3 workers (%4)")
         .arg(run.label(), QString::fromStdString(run.config().mode))
         .arg(run.workers())

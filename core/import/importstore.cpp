@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 namespace syncopate {
@@ -107,6 +108,34 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
         active += r.stepMs;
     }
     s["stall_fraction"] = active > 0 ? stall / active : 0.0;
+    // Each step's window on the job clock, earliest start to latest end over the ranks: what
+    // the views zoom to when asked for steps (a trace has no loss samples to end steps by).
+    std::map<std::int64_t, std::pair<double, double>> windows;
+    for (const StepRow &r : job.steps) {
+        auto [it, fresh] = windows.try_emplace(r.step, r.tMs - r.stepMs, r.tMs);
+        if (!fresh) {
+            it->second.first = std::min(it->second.first, r.tMs - r.stepMs);
+            it->second.second = std::max(it->second.second, r.tMs);
+        }
+    }
+    nlohmann::json w = nlohmann::json::array();
+    for (const auto &[step, range] : windows)
+        w.push_back({step, range.first, range.second});
+    s["step_windows_ms"] = w; // [ProfilerStep number, start, end]
+    // Each rank's step times, [worker][N - first_step] (null where the rank lacks the step).
+    nlohmann::json byWorker = nlohmann::json::array();
+    for (int k = 0; k < workers; ++k)
+        byWorker.push_back(nlohmann::json::array());
+    for (const StepRow &r : job.steps) {
+        if (r.worker < 0 || r.worker >= workers || r.step < job.firstStep || r.step - job.firstStep > 1000000)
+            continue;
+        auto &row = byWorker[std::size_t(r.worker)];
+        const auto i = std::size_t(r.step - job.firstStep);
+        while (row.size() <= i)
+            row.push_back(nullptr);
+        row[i] = r.stepMs;
+    }
+    s["step_ms_by_worker"] = byWorker;
     s["final_loss"] = nullptr;
     s["samples_per_s"] = nullptr;
     s["delay_ms_per_worker"] = std::vector<double>(std::size_t(workers), 0.0);
