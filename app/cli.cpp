@@ -14,6 +14,7 @@
 #include <QApplication>
 #include <QDir>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -210,6 +211,53 @@ bool writeImages(const std::string &dir, std::int64_t fromStep, std::int64_t toS
     return true;
 }
 
+// control.json in the run folder: live knobs from outside the process, as the app writes them
+// for a run over MPI ranks: {"slowdown": [factor per worker], "paused": [bool per worker]},
+// replaced atomically. Read when its time stamp changes; a value that changed is applied (a
+// worker of another rank gets it over MPI); a file that does not parse is left for the next.
+class ControlFile {
+public:
+    ControlFile(std::string path, int workers)
+        : m_path(std::move(path)), m_slowdown(std::size_t(workers), -1.0), m_paused(std::size_t(workers), -1)
+    {
+    }
+    void apply(Engine &engine)
+    {
+        std::error_code ec;
+        const auto stamp = std::filesystem::last_write_time(m_path, ec);
+        if (ec || stamp == m_stamp)
+            return;
+        nlohmann::json j;
+        try {
+            j = readJsonFile(m_path, 1 << 20);
+        } catch (const std::exception &) {
+            return;
+        }
+        m_stamp = stamp;
+        if (!j.is_object())
+            return;
+        const auto slow = j.find("slowdown"), pause = j.find("paused");
+        for (std::size_t w = 0; w < m_slowdown.size(); ++w) {
+            if (slow != j.end() && slow->is_array() && w < slow->size() && (*slow)[w].is_number()) {
+                const double f = std::clamp((*slow)[w].get<double>(), 1.0, 1000.0);
+                if (f != m_slowdown[w])
+                    engine.setSlowdown(int(w), m_slowdown[w] = f);
+            }
+            if (pause != j.end() && pause->is_array() && w < pause->size() && (*pause)[w].is_boolean()) {
+                const int p = (*pause)[w].get<bool>() ? 1 : 0;
+                if (p != m_paused[w])
+                    engine.setPaused(int(w), (m_paused[w] = p) != 0);
+            }
+        }
+    }
+
+private:
+    std::string m_path;
+    std::filesystem::file_time_type m_stamp{};
+    std::vector<double> m_slowdown;
+    std::vector<int> m_paused;
+};
+
 // --window STEP_FROM:STEP_TO, the steps the timeline image shows.
 void parseWindow(const std::string &w, std::int64_t *fromStep, std::int64_t *toStep)
 {
@@ -329,7 +377,10 @@ int commandRun(const std::vector<std::string> &args)
     }
     std::fflush(stderr);
     bool stopAsked = false;
+    ControlFile control((std::filesystem::path(outDir) / "control.json").string(), prepared.config.workers);
     while (!engine.waitFor(std::chrono::milliseconds(100))) {
+        if (g_root)
+            control.apply(engine);
         if (g_interrupts.load() > 0 && !stopAsked) {
             stopAsked = true;
             if (g_root)

@@ -78,6 +78,17 @@ void TestMpiGui::stopEndsTheRanks()
     QTRY_VERIFY_WITH_TIMEOUT(!w.runs().empty() && w.runs().back()->state == RunState::Running &&
                                  w.runs().back()->spanCount() > 100,
                              120000);
+    // A live knob for worker 1, which runs in rank 1: the app writes control.json, rank 0 reads
+    // it and passes it on over MPI, and worker 1's injected delay spans come back.
+    const RunDataPtr live = w.runs().back();
+    const auto delayOf = [&](int worker) {
+        return live->phaseTimeIn(0, double(live->endNs()))[std::size_t(worker)][std::size_t(Phase::Delay)];
+    };
+    QCOMPARE(delayOf(1), 0.0);
+    w.controller()->setSlowdown(1, 4.0);
+    QCOMPARE(w.controller()->slowdown(1), 4.0);
+    QTRY_VERIFY_WITH_TIMEOUT(delayOf(1) > 0, 60000);
+    QCOMPARE(delayOf(0), 0.0);
     QElapsedTimer clock;
     clock.start();
     w.stopRun();

@@ -568,10 +568,8 @@ void MainWindow::rebuildWorkerControls(int workers, bool live)
         delete item->widget();
         delete item;
     }
-    auto *header = new QLabel(live                     ? tr("Change a worker's speed or pause it: the stalls respond.")
-                              : m_controller->isMpi() ? tr("The ranks of an MPI run are separate processes: set "
-                                                           "workers_slowdown in the form before Run with MPI.")
-                                                      : tr("Live controls appear while a run goes on."));
+    auto *header = new QLabel(live ? tr("Change a worker's speed or pause it: the stalls respond.")
+                                   : tr("Live controls appear while a run goes on."));
     header->setWordWrap(true);
     m_workerGrid->addWidget(header, 0, 0, 1, 3);
     if (!live)
@@ -583,10 +581,10 @@ void MainWindow::rebuildWorkerControls(int workers, bool live)
         slow->setRange(1.0, 50.0);
         slow->setSingleStep(0.5);
         slow->setSuffix(QStringLiteral("x"));
-        slow->setValue(m_controller->engine() ? m_controller->engine()->slowdown(w) : 1.0);
+        slow->setValue(m_controller->slowdown(w));
         slow->setToolTip(tr("Slowdown factor of worker %1: 3x adds a delay of twice its compute time after every step.").arg(w));
         auto *pause = new QCheckBox(tr("pause"));
-        pause->setChecked(m_controller->engine() && m_controller->engine()->paused(w));
+        pause->setChecked(m_controller->paused(w));
         pause->setToolTip(tr("Pause worker %1; in sync mode everyone else then waits at the barrier.").arg(w));
         connect(slow, &QDoubleSpinBox::valueChanged, this, [this, w](double f) { m_controller->setSlowdown(w, f); });
         connect(pause, &QCheckBox::toggled, this, [this, w](bool p) { m_controller->setPaused(w, p); });
@@ -688,8 +686,8 @@ void MainWindow::onRunStarted(const RunDataPtr &run)
     m_followAction->setChecked(true);
     m_timeline->setFollowLive(true);
     m_progress->setRange(0, 0); // indeterminate until the first step is done
-    // Knobs act on this process's engine: ranks of an MPI run are not reached from here.
-    rebuildWorkerControls(run->workers(), m_controller->engine() != nullptr);
+    // Knobs act on this process's engine, or reach the ranks through the run folder.
+    rebuildWorkerControls(run->workers(), true);
     updateActions();
 }
 

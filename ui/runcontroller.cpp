@@ -251,23 +251,75 @@ bool RunController::isRunning() const
 
 void RunController::setSlowdown(int worker, double factor)
 {
+    if (m_mpirun) {
+        if (worker >= 0 && std::size_t(worker) < m_knobSlowdown.size()) {
+            m_knobSlowdown[std::size_t(worker)] = std::max(1.0, factor);
+            writeControl();
+        }
+        return;
+    }
     if (m_engine)
         m_engine->setSlowdown(worker, factor);
 }
 
 void RunController::setPaused(int worker, bool paused)
 {
+    if (m_mpirun) {
+        if (worker >= 0 && std::size_t(worker) < m_knobPaused.size()) {
+            m_knobPaused[std::size_t(worker)] = paused;
+            writeControl();
+        }
+        return;
+    }
     if (m_engine)
         m_engine->setPaused(worker, paused);
 }
 
 void RunController::setAllPaused(bool paused)
 {
+    m_allPaused = paused;
+    if (m_mpirun) {
+        std::fill(m_knobPaused.begin(), m_knobPaused.end(), paused);
+        writeControl();
+        return;
+    }
     if (!m_engine)
         return;
-    m_allPaused = paused;
     for (int w = 0; w < m_engine->config().workers; ++w)
         m_engine->setPaused(w, paused);
+}
+
+double RunController::slowdown(int worker) const
+{
+    if (m_mpirun)
+        return worker >= 0 && std::size_t(worker) < m_knobSlowdown.size() ? m_knobSlowdown[std::size_t(worker)] : 1.0;
+    return m_engine ? m_engine->slowdown(worker) : 1.0;
+}
+
+bool RunController::paused(int worker) const
+{
+    if (m_mpirun)
+        return worker >= 0 && std::size_t(worker) < m_knobPaused.size() && m_knobPaused[std::size_t(worker)];
+    return m_engine && m_engine->paused(worker);
+}
+
+void RunController::writeControl()
+{
+    if (m_mpiDir.isEmpty() || !m_run)
+        return;
+    nlohmann::json j;
+    j["slowdown"] = m_knobSlowdown;
+    nlohmann::json paused = nlohmann::json::array();
+    for (const bool p : m_knobPaused)
+        paused.push_back(p);
+    j["paused"] = paused;
+    try {
+        writeFileAtomically(QDir(m_mpiDir).filePath(QStringLiteral("control.json")).toStdString(), j.dump() + "\n");
+    } catch (const std::exception &e) {
+        const QString text = QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what()));
+        m_log += text;
+        Q_EMIT logAppended(text);
+    }
 }
 
 void RunController::pollMpi()
@@ -277,6 +329,12 @@ void RunController::pollMpi()
         if (!m_run && m_follow->config()) {
             m_run = std::make_shared<RunData>(*m_follow->config(), m_mpiLabel);
             m_run->setDirectory(m_mpiDir);
+            const RunConfig &c = m_run->config();
+            m_knobSlowdown.assign(std::size_t(c.workers), 1.0);
+            for (std::size_t w = 0; w < m_knobSlowdown.size() && w < c.slowdown.size(); ++w)
+                m_knobSlowdown[w] = c.slowdown[w];
+            m_knobPaused.assign(std::size_t(c.workers), false);
+            m_allPaused = false;
             Q_EMIT runStarted(m_run);
         }
         if (m_run) {

@@ -59,9 +59,13 @@ public:
     RunDataPtr run() const { return m_run; }
     Engine *engine() const { return m_engine.get(); }
 
+    // Live knobs. For an MPI run they go into the run folder's control.json, which rank 0
+    // reads and passes to the rank that runs the worker.
     void setSlowdown(int worker, double factor);
     void setPaused(int worker, bool paused);
     void setAllPaused(bool paused);
+    double slowdown(int worker) const;
+    bool paused(int worker) const;
     bool allPaused() const { return m_allPaused; }
 
     // Reads a run directory written by a run (or the CLI) into a finished RunData.
@@ -101,6 +105,9 @@ private:
     qint64 m_mpiStep = 0;
     bool m_mpiExited = false;
     QTimer m_killTimer;
+    std::vector<double> m_knobSlowdown; // an MPI run's knobs, as control.json has them
+    std::vector<bool> m_knobPaused;
+    void writeControl();
 };
 
 } // namespace syncopate

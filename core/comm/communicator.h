@@ -136,6 +136,22 @@ public:
     // This rank stops: the others are told, with the error when it failed.
     virtual void announceStop(const std::string &error) { (void)error; }
 
+    // Live knobs for a worker of another rank (a slowdown factor, a pause): queued by any
+    // thread, sent by the collector's poll() to the rank that runs the worker, which takes
+    // them in its own poll. In one process every worker is local and nothing travels.
+    struct Knob {
+        std::int32_t worker = 0;
+        std::int32_t pause = -1; // 0 or 1: a pause; -1: a slowdown
+        double slowdown = 1.0;
+    };
+    virtual void sendKnob(int rank, const Knob &knob)
+    {
+        (void)rank;
+        (void)knob;
+    }
+    // Knobs that arrived for this rank's workers since the last call (appended to out).
+    virtual void takeKnobs(std::vector<Knob> &out) { (void)out; }
+
     // Sync evaluation: each worker's shard (local order); rank 0 gets all W in worker order.
     // False when cancelled.
     virtual bool gatherEval(const std::vector<EvalResult> &local, std::vector<EvalResult> &all);

@@ -17,7 +17,7 @@ namespace {
 // Tags. Records and "done" share the records communicator, so a rank's "done" arrives after
 // every batch it sent before (MPI does not let messages of one sender overtake each other on
 // one communicator when the receive matches both).
-enum Tag : int { TagRecords = 1, TagDone, TagBeat, TagStop, TagPing, TagPong, TagOffsets, TagFin };
+enum Tag : int { TagRecords = 1, TagDone, TagBeat, TagStop, TagPing, TagPong, TagOffsets, TagFin, TagKnob };
 
 constexpr int kHostChars = 256;
 constexpr int kErrorChars = 4096;
@@ -292,6 +292,10 @@ void MpiCommunicator::drainControl()
             m_stopped = true;
             if (!text.empty())
                 setError(text);
+        } else if (st.MPI_TAG == TagKnob && text.size() == sizeof(Knob)) {
+            Knob k;
+            std::memcpy(&k, text.data(), sizeof k);
+            m_knobsIn.push_back(k);
         }
     }
 }
@@ -330,10 +334,42 @@ bool MpiCommunicator::poll()
                 m_sends.push_back(std::move(s));
             }
     }
+    {
+        std::vector<std::pair<int, Knob>> knobs;
+        {
+            std::lock_guard lock(m_knobMutex);
+            knobs.swap(m_knobsOut);
+        }
+        for (const auto &[to, k] : knobs) {
+            if (to < 0 || to >= m_ranks)
+                continue;
+            if (to == m_rank) {
+                m_knobsIn.push_back(k);
+                continue;
+            }
+            auto s = std::make_unique<PendingSend>();
+            s->text.assign(reinterpret_cast<const char *>(&k), sizeof k);
+            MPI_Isend(s->text.data(), int(s->text.size()), MPI_BYTE, to, TagKnob, m_comms->control, &s->request);
+            m_sends.push_back(std::move(s));
+        }
+    }
     drainControl();
     if (m_rank == 0)
         receiveAll(m_inbox); // records and "done" count as signs of life too
     return checkAlive() && !m_stopped;
+}
+
+void MpiCommunicator::sendKnob(int rank, const Knob &knob)
+{
+    static_assert(std::is_trivially_copyable_v<Knob>, "knobs travel as bytes");
+    std::lock_guard lock(m_knobMutex);
+    m_knobsOut.emplace_back(rank, knob);
+}
+
+void MpiCommunicator::takeKnobs(std::vector<Knob> &out)
+{
+    out.insert(out.end(), m_knobsIn.begin(), m_knobsIn.end());
+    m_knobsIn.clear();
 }
 
 void MpiCommunicator::announceStop(const std::string &error)

@@ -51,6 +51,8 @@ public:
     bool poll() override;
     std::string error() const override;
     void announceStop(const std::string &error) override;
+    void sendKnob(int rank, const Knob &knob) override;
+    void takeKnobs(std::vector<Knob> &out) override;
     bool gatherEval(const std::vector<EvalResult> &local, std::vector<EvalResult> &all) override;
     bool finishRun(const RunClock &clock) override;
 
@@ -99,6 +101,9 @@ private:
     // Sends still in flight, with their buffers.
     struct PendingSend;
     std::list<std::unique_ptr<PendingSend>> m_sends;
+    std::mutex m_knobMutex;
+    std::vector<std::pair<int, Knob>> m_knobsOut; // (to rank, knob): queued by any thread, sent by poll()
+    std::vector<Knob> m_knobsIn;  // arrived for this rank's workers (collector thread only)
     void reapSends();
 
     // Rank 0: record batches that arrived, and which ranks are done.

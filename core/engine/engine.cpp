@@ -236,6 +236,8 @@ void Engine::setSlowdown(int worker, double factor)
 {
     if (WorkerState *w = localWorker(worker))
         w->slowdown = std::max(1.0, factor);
+    else if (m_comm && worker >= 0 && worker < m_config.workers) // a worker of another rank
+        m_comm->sendKnob(m_comm->rankOfWorker(m_config.workers, worker), {worker, -1, factor});
 }
 
 double Engine::slowdown(int worker) const
@@ -247,8 +249,11 @@ double Engine::slowdown(int worker) const
 void Engine::setPaused(int worker, bool paused)
 {
     WorkerState *w = localWorker(worker);
-    if (!w)
+    if (!w) {
+        if (m_comm && worker >= 0 && worker < m_config.workers)
+            m_comm->sendKnob(m_comm->rankOfWorker(m_config.workers, worker), {worker, paused ? 1 : 0, 1.0});
         return;
+    }
     {
         std::lock_guard lock(m_pauseMutex);
         w->paused = paused;
@@ -334,6 +339,17 @@ void Engine::drain(bool final)
 
 void Engine::keepInTouch()
 {
+    // Knobs turned on rank 0 (or another rank) for this rank's workers.
+    m_knobs.clear();
+    m_comm->takeKnobs(m_knobs);
+    for (const Communicator::Knob &k : m_knobs) {
+        if (!localWorker(k.worker))
+            continue;
+        if (k.pause >= 0)
+            setPaused(k.worker, k.pause != 0);
+        else
+            setSlowdown(k.worker, k.slowdown);
+    }
     if (!m_comm->poll()) {
         const std::string why = m_comm->error();
         if (!why.empty()) {

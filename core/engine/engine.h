@@ -135,6 +135,7 @@ private:
     void keepInTouch();
     void storeFailed(const std::string &what);
     std::vector<Record> m_drained; // drain()'s buffer, reused
+    std::vector<Communicator::Knob> m_knobs; // keepInTouch()'s buffer, reused
     std::string m_outputDir;
     Retention m_retention = Retention::All;
     bool m_retentionSet = false;
