@@ -508,6 +508,20 @@ void TestKineto::errors_data()
     QTest::newRow("X without ts")
         << QStringLiteral("nots.json") << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 5}]})") << 0
         << QStringList{QStringLiteral("no ts"), QStringLiteral("aten::mm")};
+    // Found by fuzz_kineto: times whose sums overflowed int64.
+    QTest::newRow("duration past a run")
+        << QStringLiteral("dur.json")
+        << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 3000000000000000, "dur": 3000000000000000}]})")
+        << 0 << QStringList{QStringLiteral("aten::mm"), QStringLiteral("52 days")};
+    QTest::newRow("base time out of range")
+        << QStringLiteral("base.json")
+        << QStringLiteral(R"({"baseTimeNanoseconds": 9000000000000000000, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 1000, "dur": 1}]})")
+        << 0 << QStringList{QStringLiteral("baseTimeNanoseconds")};
+    QTest::newRow("events years apart")
+        << QStringLiteral("apart.json")
+        << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": -3000000000000000, "dur": 1},)"
+                          R"({"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 3000000000000000, "dur": 1}]})")
+        << 0 << QStringList{QStringLiteral("52 days")};
     QTest::newRow("cannot open") << QStringLiteral("missing.json") << QString() << 3 << QStringList{QStringLiteral("cannot open")};
     QTest::newRow("empty file") << QStringLiteral("empty.json") << QString() << 0 << QStringList{QStringLiteral("not JSON")};
 }
@@ -558,6 +572,12 @@ void TestKineto::twoFileErrors()
     e = importError({a, later});
     QVERIFY2(has(e, "later.json: its events start") && has(e, a) && has(e, "different jobs"), e.c_str());
     QCOMPARE(importKineto({a, write("soon.json", {.rank = 1, .shift = 1000 * kMs})}).ranks.size(), std::size_t(2));
+    // Found by fuzz_kineto: files further apart than int64 can subtract (the earlier one first).
+    const std::string early = d + "/early.json", late = d + "/late.json";
+    writeText(early, R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": -3900000000000000, "dur": 1}]})", false);
+    writeText(late, R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 3900000000000000, "dur": 1}]})", false);
+    e = importError({early, late});
+    QVERIFY2(has(e, "late.json: its events start") && has(e, "different jobs"), e.c_str());
 
     // A third file for a two-rank job: its rank from the order given is outside the world.
     const std::string b1 = write("b1.json", {.rank = 1}), extra = write("extra.json", {.rank = 5, .distInfo = false});

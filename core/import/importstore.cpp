@@ -127,7 +127,7 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
     for (int k = 0; k < workers; ++k)
         byWorker.push_back(nlohmann::json::array());
     for (const StepRow &r : job.steps) {
-        if (r.worker < 0 || r.worker >= workers || r.step < job.firstStep || r.step - job.firstStep > 1000000)
+        if (r.worker < 0 || r.worker >= workers || r.step < job.firstStep || r.step - job.firstStep > 100000)
             continue;
         auto &row = byWorker[std::size_t(r.worker)];
         const auto i = std::size_t(r.step - job.firstStep);

@@ -375,12 +375,20 @@ void checkSameJob(const std::vector<RankWork> &w)
     std::sort(byStart.begin(), byStart.end(), [](const RankWork *a, const RankWork *b) { return a->first < b->first; });
     const RankWork *reach = nullptr;
     for (const RankWork *r : byStart) {
-        if (reach && r->first - reach->last > kHourNs)
-            throw ImportError(r->path + ": its events start " + fmt(double(r->first - reach->last) / 3.6e12, 1) +
-                              " h after those of " + reach->path + " end: traces of different jobs");
+        // In double: two files' absolute times may lie further apart than int64 can subtract.
+        const double gap = double(r->first) - double(reach ? reach->last : r->first);
+        if (reach && gap > double(kHourNs))
+            throw ImportError(r->path + ": its events start " + fmt(gap / 3.6e12, 1) + " h after those of " +
+                              reach->path + " end: traces of different jobs");
         if (!reach || r->last > reach->last)
             reach = r;
     }
+    // One job fits one run: 2^52 ns (52 days) from its first event to its last.
+    if (reach && double(reach->last) - double(byStart.front()->first) > double(kMaxRunNs))
+        throw ImportError(reach->path + ": the traces span " +
+                          fmt((double(reach->last) - double(byStart.front()->first)) / 8.64e13, 0) +
+                          " days from the first event of " + byStart.front()->path +
+                          ": more than a trace can cover (52 days)");
 }
 
 using Members = std::vector<std::pair<int, int>>; // (worker, NCCL kernel index)

@@ -11,6 +11,7 @@
 #include "kineto_read.h"
 
 #include "kineto.h"
+#include "trace.h"
 
 #include <zlib.h>
 
@@ -343,7 +344,9 @@ bool TraceSax::string(string_t &s)
 // "1661938466265032", "4203669603187.439": exact to the ns from the text; else via the double.
 bool TraceSax::microsToNs(bool integral, long long i, double d, const std::string *raw, Ns &out)
 {
-    constexpr long long kMaxUs = std::numeric_limits<Ns>::max() / 1000 - 1;
+    // 4e18 ns either way (year 2096 as epoch time): a time plus a duration plus a base time
+    // stays inside int64, and so does any difference of two of them.
+    constexpr long long kMaxUs = 4'000'000'000'000'000;
     if (integral) {
         if (i > kMaxUs || i < -kMaxUs)
             return false;
@@ -446,7 +449,10 @@ void TraceSax::finishEvent()
         return;
     if (!m_ev.hasTs)
         throw ImportError(m_out.path + ": event " + std::to_string(m_index) + " (\"" + m_ev.name +
-                          "\", ph X) has no ts (or one that is not a number)");
+                          "\", ph X) has no ts (or one that is not a number of microseconds within +-4e15)");
+    if (m_ev.dur > kMaxRunNs)
+        throw ImportError(m_out.path + ": event " + std::to_string(m_index) + " (\"" + m_ev.name +
+                          "\") lasts " + std::to_string(m_ev.dur / 1000) + " us: longer than a trace can cover (52 days)");
     const Ns start = m_ev.ts, end = start + std::max<Ns>(0, m_ev.dur);
     m_out.first = std::min(m_out.first, start);
     m_out.last = std::max(m_out.last, end);
@@ -506,8 +512,14 @@ FileData parseFile(const std::string &path, GroupTable &groups)
                           (buf.gzip() ? " of the inflated text" : "") + ": " + sax.errorWhat);
     if (!f.sawEvents)
         throw ImportError(path + ": no traceEvents array (not a Chrome trace from the PyTorch profiler)");
+    // Longer than a run can hold (2^52 ns, 52 days): damaged, and unwritable as a run folder.
+    if (f.first <= f.last && f.last - f.first > kMaxRunNs)
+        throw ImportError(path + ": its events span " + std::to_string((f.last - f.first) / 86'400'000'000'000) +
+                          " days: more than a trace can cover (52 days)");
     // Every time onto the absolute clock.
     const Ns b = f.baseNs;
+    if (b < -4'000'000'000'000'000'000 || b > 4'000'000'000'000'000'000)
+        throw ImportError(path + ": baseTimeNanoseconds " + std::to_string(b) + " is out of range");
     if (b != 0 && f.first <= f.last) {
         f.first += b, f.last += b;
         for (auto &s : f.steps) s.start += b, s.end += b;
