@@ -208,7 +208,7 @@ void MainWindow::importTraces(const QStringList &paths, std::function<void(const
         files.push_back(QDir::toNativeSeparators(p).toStdString());
     auto error = std::make_shared<QString>();
     KinetoOptions options;
-    options.alignClocks = QSettings().value(QStringLiteral("import/alignClocks"), false).toBool();
+    options.alignClocks = m_settings.alignClocks;
     m_importThread = QThread::create([files, out, error, options] {
         try {
             writeImportedRun(importKineto(files, options), out.toStdString());
@@ -366,35 +366,31 @@ void MainWindow::createActions()
     });
     open->setShortcut(QKeySequence::Open);
     QAction *importFiles = file->addAction(tr("&Import Traces..."), this, [this] {
-        QSettings settings;
         const QStringList files = QFileDialog::getOpenFileNames(
-            this, tr("Import PyTorch profiler traces, one file per rank"),
-            settings.value(QStringLiteral("import/lastFolder")).toString(),
+            this, tr("Import PyTorch profiler traces, one file per rank"), m_settings.importFolder,
             tr("PyTorch profiler traces (*.json *.json.gz *.pt.trace.json *.pt.trace.json.gz);;All files (*)"));
         if (files.isEmpty())
             return;
-        settings.setValue(QStringLiteral("import/lastFolder"), QFileInfo(files.front()).absolutePath());
+        m_settings.importFolder = QFileInfo(files.front()).absolutePath();
         importTraces(files);
     });
     importFiles->setShortcut(QKeySequence(tr("Ctrl+I")));
     importFiles->setToolTip(tr("Read a distributed job's PyTorch profiler (Kineto) traces, one per rank: "
                                "per-rank timeline, stalls per rank per step, the straggler"));
     file->addAction(tr("Import Trace &Folder..."), this, [this] {
-        QSettings settings;
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Import every trace in a folder"),
-                                                              settings.value(QStringLiteral("import/lastFolder")).toString());
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Import every trace in a folder"), m_settings.importFolder);
         if (dir.isEmpty())
             return;
-        settings.setValue(QStringLiteral("import/lastFolder"), dir);
+        m_settings.importFolder = dir;
         importTraces({dir});
     });
     QAction *align = file->addAction(tr("Align Rank &Clocks on Import"));
     align->setCheckable(true);
-    align->setChecked(QSettings().value(QStringLiteral("import/alignClocks"), false).toBool());
+    align->setChecked(m_settings.alignClocks);
     align->setToolTip(tr("Shift each rank's times so that the ends of its matched collectives meet the "
                          "first rank's (they end nearly together on every rank): for traces from hosts "
                          "whose clocks disagree. Off: each file's own clock."));
-    connect(align, &QAction::toggled, this, [](bool on) { QSettings().setValue(QStringLiteral("import/alignClocks"), on); });
+    connect(align, &QAction::toggled, this, [this](bool on) { m_settings.alignClocks = on; });
     file->addAction(tr("Open &Config..."), this, [this] {
         const QString f = QFileDialog::getOpenFileName(this, tr("Open a config"), QString(), tr("JSON (*.json)"));
         if (!f.isEmpty())
@@ -432,16 +428,15 @@ void MainWindow::createActions()
     QAction *mpi = run->addAction(tr("Run with &MPI..."), this, [this] {
         if (m_controller->isRunning())
             return;
-        QSettings settings;
         QDialog dialog(this);
         dialog.setWindowTitle(tr("Run with MPI"));
         auto *form = new QFormLayout(&dialog);
         auto *ranks = new QSpinBox;
         ranks->setRange(1, 256);
-        ranks->setValue(settings.value(QStringLiteral("mpi/ranks"), 2).toInt());
+        ranks->setValue(m_settings.mpiRanks);
         ranks->setToolTip(tr("MPI ranks (processes); each runs mpi.workers_per_rank workers, so the run "
                              "has ranks \u00d7 workers per rank workers"));
-        auto *hostfile = new QLineEdit(settings.value(QStringLiteral("mpi/hostfile")).toString());
+        auto *hostfile = new QLineEdit(m_settings.mpiHostfile);
         hostfile->setPlaceholderText(tr("none: every rank on this machine"));
         hostfile->setToolTip(tr("An Open MPI hostfile (one host per line, \"slots=N\" ranks on it) to run "
                                 "ranks on other machines; syncopate-cli and the data must be there too"));
@@ -466,8 +461,8 @@ void MainWindow::createActions()
         form->addRow(buttons);
         if (dialog.exec() != QDialog::Accepted)
             return;
-        settings.setValue(QStringLiteral("mpi/ranks"), ranks->value());
-        settings.setValue(QStringLiteral("mpi/hostfile"), hostfile->text());
+        m_settings.mpiRanks = ranks->value();
+        m_settings.mpiHostfile = hostfile->text();
         MpiLaunch launch;
         launch.ranks = ranks->value();
         launch.hostfile = hostfile->text().trimmed();

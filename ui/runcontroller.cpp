@@ -44,8 +44,7 @@ RunController::RunController(QObject *parent) : QObject(parent)
     m_killTimer.setInterval(1500);
     connect(&m_killTimer, &QTimer::timeout, this, [this] {
         if (m_mpirun && m_mpirun->state() != QProcess::NotRunning) {
-            m_log += tr("\n[mpirun did not end 1.5 s after SIGTERM: killed]\n");
-            Q_EMIT logAppended(tr("\n[mpirun did not end 1.5 s after SIGTERM: killed]\n"));
+            appendLog(tr("\n[mpirun did not end 1.5 s after SIGTERM: killed]\n"));
             m_mpirun->kill();
         }
     });
@@ -67,13 +66,20 @@ RunController::~RunController()
         QFile::remove(m_mpiConfigFile);
 }
 
-void RunController::nameRunFolder(const QString &runsDirectory, const QString &hint, QString *dir) const
+QString RunController::newRunFolder(const QString &runsDirectory, const QString &hint)
 {
     const QString name = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
                          QLatin1Char('-') + runFolderName(hint);
-    *dir = QDir(runsDirectory).filePath(name);
-    for (int i = 2; QDir(*dir).exists(); ++i)
-        *dir = QDir(runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));
+    QString dir = QDir(runsDirectory).filePath(name);
+    for (int i = 2; QDir(dir).exists(); ++i)
+        dir = QDir(runsDirectory).filePath(name + QLatin1Char('-') + QString::number(i));
+    return dir;
+}
+
+void RunController::appendLog(const QString &text)
+{
+    m_log += text;
+    Q_EMIT logAppended(text);
 }
 
 QStringList RunController::mpiCommand(const MpiLaunch &launch, const QString &configFile, const QString &outDir,
@@ -126,8 +132,7 @@ bool RunController::startMpi(const nlohmann::json &config, const MpiLaunch &laun
         Q_EMIT runFailed(tr("Cannot start: %1: cannot create the runs folder").arg(runsDirectory), {});
         return false;
     }
-    QString dir;
-    nameRunFolder(runsDirectory, folderHint.isEmpty() ? QString::fromStdString(parsed.mode) + QStringLiteral("-mpi") : folderHint, &dir);
+    const QString dir = newRunFolder(runsDirectory, folderHint.isEmpty() ? QString::fromStdString(parsed.mode) + QStringLiteral("-mpi") : folderHint);
     // The config as the form has it, beside the run folder until the run has ended (rank 0
     // writes the resolved one into the folder).
     const QString configFile = dir + QStringLiteral(".launch.json");
@@ -154,11 +159,7 @@ bool RunController::startMpi(const nlohmann::json &config, const MpiLaunch &laun
         env.insert(QStringLiteral("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"), QStringLiteral("1"));
     }
     m_mpirun->setProcessEnvironment(env);
-    connect(m_mpirun.get(), &QProcess::readyRead, this, [this] {
-        const QString text = QString::fromLocal8Bit(m_mpirun->readAll());
-        m_log += text;
-        Q_EMIT logAppended(text);
-    });
+    connect(m_mpirun.get(), &QProcess::readyRead, this, [this] { appendLog(QString::fromLocal8Bit(m_mpirun->readAll())); });
     connect(m_mpirun.get(), &QProcess::finished, this, [this] { m_mpiExited = true; });
     connect(m_mpirun.get(), &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
         if (e == QProcess::FailedToStart)
@@ -171,8 +172,8 @@ bool RunController::startMpi(const nlohmann::json &config, const MpiLaunch &laun
     m_mpiStep = 0;
     m_mpiExited = false;
     m_run.reset();
-    m_log = QStringLiteral("$ %1 %2\n").arg(program, args.join(QLatin1Char(' ')));
-    Q_EMIT logAppended(m_log);
+    m_log.clear();
+    appendLog(QStringLiteral("$ %1 %2\n").arg(program, args.join(QLatin1Char(' '))));
     m_mpiClock.start();
     m_mpirun->start(program, args);
     m_timer.start();
@@ -211,7 +212,7 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     // when the app (or the machine) goes down.
     QString dir;
     if (!runsDirectory.isEmpty()) {
-        nameRunFolder(runsDirectory, folderHint.isEmpty() ? QString::fromStdString(prepared.config.mode) : folderHint, &dir);
+        dir = newRunFolder(runsDirectory, folderHint.isEmpty() ? QString::fromStdString(prepared.config.mode) : folderHint);
         m_engine->setOutputDirectory(dir.toStdString());
         m_engine->setRetention(Engine::Retention::Feed);
     }
@@ -316,9 +317,7 @@ void RunController::writeControl()
     try {
         writeFileAtomically(QDir(m_mpiDir).filePath(QStringLiteral("control.json")).toStdString(), j.dump() + "\n");
     } catch (const std::exception &e) {
-        const QString text = QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what()));
-        m_log += text;
-        Q_EMIT logAppended(text);
+        appendLog(QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what())));
     }
 }
 
@@ -353,8 +352,7 @@ void RunController::pollMpi()
             Q_EMIT progressChanged(m_mpiStep, total, rate, elapsed, remaining);
         }
     } catch (const std::exception &e) {
-        m_log += QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what()));
-        Q_EMIT logAppended(QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what())));
+        appendLog(QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what())));
         stop();
     }
     if (exited)

@@ -47,15 +47,14 @@ public:
     // and read as it ended. Validates the config here first (runFailed with the fields).
     bool startMpi(const nlohmann::json &config, const MpiLaunch &launch, const QString &label,
                   const QString &runsDirectory, const QString &folderHint = {});
-    // The command line startMpi would run (for the log and the tooltip).
+    // The mpirun arguments (and in *program, mpirun) startMpi runs; empty with *error when
+    // mpirun or syncopate-cli cannot be found.
     static QStringList mpiCommand(const MpiLaunch &launch, const QString &configFile, const QString &outDir,
                                   QString *program, QString *error);
     // An MPI run: SIGTERM to mpirun, which passes it to every rank (rank 0 closes the run as
     // stopped); mpirun killed if it is still there after 1.5 s. Otherwise the engine stops.
     void stop();
     bool isRunning() const;
-    bool isMpi() const { return bool(m_mpirun); }
-    const QString &mpiLog() const { return m_log; }
     RunDataPtr run() const { return m_run; }
     Engine *engine() const { return m_engine.get(); }
 
@@ -87,7 +86,9 @@ private:
     void finish();
     void pollMpi();
     void finishMpi();
-    void nameRunFolder(const QString &runsDirectory, const QString &hint, QString *dir) const;
+    // A new folder's path under runsDirectory: the time, the hint, "-2" ... when taken.
+    static QString newRunFolder(const QString &runsDirectory, const QString &hint);
+    void appendLog(const QString &text);
 
     std::unique_ptr<Engine> m_engine;
     RunDataPtr m_run;

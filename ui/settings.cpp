@@ -28,6 +28,10 @@ void forEachKey(AppSettings &s, const AppSettings &d, F &&f)
     f("charts/lossAgainstTime", s.lossAgainstTime, d.lossAgainstTime);
     f("charts/lossSmoothing", s.lossSmoothing, d.lossSmoothing);
     f("charts/lossLog", s.lossLog, d.lossLog);
+    f("import/folder", s.importFolder, d.importFolder);
+    f("import/alignClocks", s.alignClocks, d.alignClocks);
+    f("mpi/ranks", s.mpiRanks, d.mpiRanks);
+    f("mpi/hostfile", s.mpiHostfile, d.mpiHostfile);
 }
 
 } // namespace

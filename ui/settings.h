@@ -22,8 +22,12 @@ struct AppSettings {
     bool lossAgainstTime = false;
     int lossSmoothing = 1;
     bool lossLog = true;
+    QString importFolder;      // File > Import Traces: where the last traces came from
+    bool alignClocks = false;  // File > Align Rank Clocks on Import
+    int mpiRanks = 2;          // Run > Run with MPI
+    QString mpiHostfile;
 
-    static constexpr int kLayoutVersion = 1; // bump when docks or toolbars change
+    static constexpr int kLayoutVersion = 2; // bump when docks or toolbars change
     static AppSettings defaults();
     void load(QSettings &s);
     void save(QSettings &s) const;

@@ -49,32 +49,31 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
     const auto in = [&](const std::string &name) { return (fs::path(dir) / name).string(); };
 
     // The config a reader needs: one worker per rank, a CPU (data) lane each, the steps seen.
+    nlohmann::json s = job.summaryFields();
     RunConfig config = parseConfig(nlohmann::json::object());
     config.workers = workers;
     config.prefetch = true;
-    config.steps = std::max(1, int(job.summaryFields().value("steps", 1)));
+    config.steps = std::max(1, int(s.value("steps", 1)));
     config.slowdown.assign(std::size_t(workers), 1.0);
     writeFileAtomically(in("config.json"), config.toJson().dump(2) + "\n");
 
-    // Row files: rank i's GPU compute, CPU and GPU communication rows.
-    std::vector<std::unique_ptr<ChunkWriter>> rows(std::size_t(workers) * 3);
+    // Row files: rank i's GPU compute, CPU and GPU communication rows, [worker][RowKind].
+    constexpr std::size_t kinds = std::size_t(RowKind::Count);
+    std::vector<std::unique_ptr<ChunkWriter>> rows(std::size_t(workers) * kinds);
     for (int w = 0; w < workers; ++w)
         for (RowKind kind : {RowKind::Worker, RowKind::DataLane, RowKind::CommLane}) {
             const RowDescriptor d{w, kind, rowName(job.ranks[std::size_t(w)], kind)};
-            const std::size_t slot = std::size_t(w) * 3 + (kind == RowKind::DataLane ? 1 : kind == RowKind::CommLane ? 2 : 0);
-            rows[slot] = std::make_unique<ChunkWriter>(in(rowFileName(d)), d);
+            rows[std::size_t(w) * kinds + std::size_t(kind)] = std::make_unique<ChunkWriter>(in(rowFileName(d)), d);
         }
     TraceModel model(workers, true, 0, true);
     model.setKeepRaw(false);
-    for (const Record &r : job.records) {
-        if (r.worker >= workers || !r.isSpan())
-            continue;
-        const std::size_t slot = std::size_t(r.worker) * 3 + (r.lane() == Lane::Data ? 1 : r.lane() == Lane::Comm ? 2 : 0);
-        rows[slot]->append(r);
-    }
+    for (const Record &r : job.records)
+        if (r.worker < workers && r.isSpan())
+            rows[std::size_t(r.worker) * kinds + std::size_t(rowKindOf(r, true, true))]->append(r);
     model.append(job.records);
     for (auto &row : rows)
-        row->flush();
+        if (row)
+            row->flush();
     rows.clear();
 
     // metrics.csv: one row per rank per step, worker = the rank's number.
@@ -97,7 +96,6 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
     }
 
     // summary.json: the import's figures, and the fields every run's summary has.
-    nlohmann::json s = job.summaryFields();
     s["source"] = "kineto";
     s["mode"] = "sync";
     s["workers"] = workers;

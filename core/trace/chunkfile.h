@@ -24,6 +24,17 @@ namespace syncopate {
 // NCCL kernels overlap compute kernels on other streams).
 enum class RowKind : std::uint8_t { Worker, DataLane, Counters, CommLane, Count };
 
+// The row a span is drawn in: its worker's prefetch lane (Lane::Data, in a run with data lanes),
+// its communication lane (Lane::Comm, in a run with comm lanes), else the worker's main row.
+inline RowKind rowKindOf(const Record &r, bool dataLanes, bool commLanes)
+{
+    if (r.lane() == Lane::Data && dataLanes)
+        return RowKind::DataLane;
+    if (r.lane() == Lane::Comm && commLanes)
+        return RowKind::CommLane;
+    return RowKind::Worker;
+}
+
 struct RowDescriptor {
     int worker = 0;
     RowKind kind = RowKind::Worker;

@@ -27,6 +27,11 @@ std::vector<std::unique_ptr<ChunkReader>> openRowFiles(const std::string &dir, s
     return readers;
 }
 
+bool hasCommLanes(const std::vector<std::unique_ptr<ChunkReader>> &readers)
+{
+    return std::any_of(readers.begin(), readers.end(), [](const auto &r) { return r->row().kind == RowKind::CommLane; });
+}
+
 // A run folder's config.json; a bad one is the folder's damage (StoreError naming the file).
 RunConfig readRunConfig(const std::string &path)
 {
@@ -130,9 +135,8 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     if (readers.empty())
         throw StoreError(dir + ": no row files (w0.syr, ...); a folder of Syncopate 0.1 or another tool?");
     std::uint64_t records = 0;
-    bool commLanes = false;
+    const bool commLanes = hasCommLanes(readers);
     for (const auto &r : readers) {
-        commLanes = commLanes || r->row().kind == RowKind::CommLane;
         run.tornBytes += r->tornBytes();
         records += r->records();
         if (r->row().worker >= run.config.workers)
@@ -182,9 +186,7 @@ void exportTraceJson(const std::string &path, const std::string &runDir)
     const RunConfig config = readRunConfig((fs::path(runDir) / "config.json").string());
     std::vector<std::string> files;
     auto readers = openRowFiles(runDir, files);
-    const bool commLanes = std::any_of(readers.begin(), readers.end(),
-                                       [](const auto &r) { return r->row().kind == RowKind::CommLane; });
-    TraceModel trace(config.workers, config.prefetch, config.batch, commLanes);
+    TraceModel trace(config.workers, config.prefetch, config.batch, hasCommLanes(readers));
     trace.adoptRowFiles(std::move(readers));
     exportTraceJson(path, config, trace);
 }
@@ -203,9 +205,8 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
                  config.mode.c_str(), config.workers);
     // One thread per row: a worker's compute (and communication, unless it has a row of its
     // own), its prefetch lane, its communication lane; named as the row is.
-    const auto tidOf = [](int worker, RowKind kind) {
-        return kind == RowKind::DataLane ? 1000 + worker : kind == RowKind::CommLane ? 2000 + worker : worker;
-    };
+    // Lane l of worker w: thread 1000 l + w, sorted 3 w + l.
+    const auto lane = [](RowKind kind) { return kind == RowKind::DataLane ? 1 : kind == RowKind::CommLane ? 2 : 0; };
     bool commRows = false;
     for (std::size_t i = 0; i < trace.rowCount(); ++i) {
         const RowDescriptor &row = trace.row(i);
@@ -213,16 +214,15 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
             continue;
         commRows = commRows || row.kind == RowKind::CommLane;
         const std::string name = nlohmann::json(row.name).dump(); // quoted and escaped
+        const int tid = 1000 * lane(row.kind) + row.worker;
         std::fprintf(o, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":%s}}",
-                     tidOf(row.worker, row.kind), name.c_str());
+                     tid, name.c_str());
         std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                     tidOf(row.worker, row.kind), 3 * row.worker + (row.kind == RowKind::DataLane ? 1 : row.kind == RowKind::CommLane ? 2 : 0));
+                     tid, 3 * row.worker + lane(row.kind));
     }
     trace.forEachRecord([&](const Record &r) {
         if (r.isSpan()) {
-            const int tid = r.lane() == Lane::Data ? 1000 + r.worker
-                            : r.lane() == Lane::Comm && commRows ? 2000 + r.worker
-                                                                 : r.worker;
+            const int tid = 1000 * lane(rowKindOf(r, true, commRows)) + r.worker;
             std::fprintf(o,
                          ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
                          "\"pid\":1,\"tid\":%d,\"args\":{\"step\":%" PRIu32,

@@ -12,7 +12,6 @@
 namespace syncopate {
 namespace {
 
-std::size_t rowKey(int kind) { return std::size_t(kind); }
 
 bool startsBefore(const Record &a, const Record &b) { return a.start < b.start; }
 
@@ -27,35 +26,26 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool co
     m_counterStride.assign(std::size_t(CounterId::Count) * w, 1);
     m_steps.assign(w, {});
     m_stalenessPerWorker.assign(w, {});
+    const auto addRow = [this](int worker, RowKind kind, std::string name) {
+        Row row;
+        row.desc = {worker, kind, std::move(name)};
+        row.recentFrom = std::numeric_limits<std::int64_t>::min();
+        m_rowIndex[{worker, int(kind)}] = m_rows.size();
+        m_rows.push_back(std::move(row));
+    };
     for (int i = 0; i < m_workers; ++i) {
-        Row main;
-        main.desc = {i, RowKind::Worker, "worker " + std::to_string(i)};
-        main.recentFrom = std::numeric_limits<std::int64_t>::min();
-        m_rowIndex[{i, int(RowKind::Worker)}] = m_rows.size();
-        m_rows.push_back(std::move(main));
-        if (dataLanes) {
-            Row data;
-            data.desc = {i, RowKind::DataLane, "worker " + std::to_string(i) + " data"};
-            data.recentFrom = std::numeric_limits<std::int64_t>::min();
-            m_rowIndex[{i, int(RowKind::DataLane)}] = m_rows.size();
-            m_rows.push_back(std::move(data));
-        }
-        if (commLanes) {
-            Row comm;
-            comm.desc = {i, RowKind::CommLane, "worker " + std::to_string(i) + " comm"};
-            comm.recentFrom = std::numeric_limits<std::int64_t>::min();
-            m_rowIndex[{i, int(RowKind::CommLane)}] = m_rows.size();
-            m_rows.push_back(std::move(comm));
-        }
+        const std::string name = "worker " + std::to_string(i);
+        addRow(i, RowKind::Worker, name);
+        if (dataLanes)
+            addRow(i, RowKind::DataLane, name + " data");
+        if (commLanes)
+            addRow(i, RowKind::CommLane, name + " comm");
     }
 }
 
 std::size_t TraceModel::rowFor(const Record &r)
 {
-    const int kind = int(r.lane() == Lane::Data && m_dataLanes   ? RowKind::DataLane
-                         : r.lane() == Lane::Comm && m_commLanes ? RowKind::CommLane
-                                                                 : RowKind::Worker);
-    const auto it = m_rowIndex.find({int(r.worker), int(rowKey(kind))});
+    const auto it = m_rowIndex.find({int(r.worker), int(rowKindOf(r, m_dataLanes, m_commLanes))});
     return it == m_rowIndex.end() ? std::size_t(-1) : it->second;
 }
 

@@ -21,24 +21,9 @@ namespace {
 
 const std::string kImages = fuzz::tempPath("images.idx"), kLabels = fuzz::tempPath("labels.idx");
 
-std::string gzip(std::string_view data)
-{
-    z_stream z{};
-    deflateInit2(&z, 6, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY); // small window: fast
-    std::string out(deflateBound(&z, uLong(data.size())), '\0');
-    z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(data.data()));
-    z.avail_in = uInt(data.size());
-    z.next_out = reinterpret_cast<Bytef *>(out.data());
-    z.avail_out = uInt(out.size());
-    deflate(&z, Z_FINISH);
-    out.resize(z.total_out);
-    deflateEnd(&z);
-    return out;
-}
-
 void write(const std::string &path, std::string_view bytes, bool compress)
 {
-    fuzz::writeFile(path, compress ? gzip(bytes) : std::string(bytes));
+    fuzz::writeFile(path, compress ? fuzz::gzip(bytes) : std::string(bytes));
 }
 
 void removeFiles()

@@ -40,21 +40,6 @@ const std::string kDir = fuzz::tempPath("kineto");
 const std::string kInDir = kDir + "/in", kOutDir = kDir + "/out";
 constexpr std::size_t kWriteLimit = 4096; // writeImportedRun writes ~10 files: small inputs only
 
-std::string gzip(std::string_view data)
-{
-    z_stream z{};
-    deflateInit2(&z, 6, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY); // small window: fast
-    std::string out(deflateBound(&z, uLong(data.size())), '\0');
-    z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(data.data()));
-    z.avail_in = uInt(data.size());
-    z.next_out = reinterpret_cast<Bytef *>(out.data());
-    z.avail_out = uInt(out.size());
-    deflate(&z, Z_FINISH);
-    out.resize(z.total_out);
-    deflateEnd(&z);
-    return out;
-}
-
 void removeAll()
 {
     std::error_code ec;
@@ -132,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size
         const std::string stem = unnamed ? std::string(1, char('a' + i)) : "rank" + std::to_string(i);
         const std::string name = stem + (compress ? ".json.gz" : ".json");
         paths.push_back(kInDir + "/" + name);
-        fuzz::writeFile(paths.back(), compress ? gzip(parts[i]) : std::string(parts[i]));
+        fuzz::writeFile(paths.back(), compress ? fuzz::gzip(parts[i]) : std::string(parts[i]));
     }
     if (files & 2)
         paths = {kInDir};

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unistd.h>
+#include <zlib.h>
 
 namespace syncopate::fuzz {
 
@@ -27,6 +28,22 @@ inline void writeFile(const std::string &path, std::string_view bytes)
 {
     std::ofstream(path, std::ios::binary | std::ios::trunc)
         .write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// A gzip member of data, with a small window (fast): inputs for the readers of .gz files.
+inline std::string gzip(std::string_view data)
+{
+    z_stream z{};
+    deflateInit2(&z, 6, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY); // 16: the gzip wrapper
+    std::string out(deflateBound(&z, uLong(data.size())), '\0');
+    z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(data.data()));
+    z.avail_in = uInt(data.size());
+    z.next_out = reinterpret_cast<Bytef *>(out.data());
+    z.avail_out = uInt(out.size());
+    deflate(&z, Z_FINISH);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    return out;
 }
 
 } // namespace syncopate::fuzz
