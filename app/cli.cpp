@@ -4,6 +4,7 @@
 #include "exporter.h"
 #include "gpubackend.h"
 #include "kineto.h"
+#include "manpage.h"
 #include "rundata.h"
 #include "session.h"
 #include "settings.h"
@@ -22,8 +23,10 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -52,34 +55,36 @@ void onInterrupt(int)
         std::_Exit(130); // a second Ctrl-C means now
 }
 
+// Also the man page's synopsis (up to the blank line) and description (after it).
+constexpr const char *kUsage =
+    "usage:\n"
+    "  syncopate-cli run [--preset NAME | --config FILE] [--set KEY=VALUE ...] [--out DIR]\n"
+    "                    [--images [--window STEP_FROM:STEP_TO]]\n"
+    "  syncopate-cli presets            list the presets with their explanation\n"
+    "  syncopate-cli validate FILE      check a config (or preset) file\n"
+    "  syncopate-cli keys               list every config key, its default and meaning\n"
+    "  syncopate-cli devices            list the CPU and the CUDA GPUs a run can use\n"
+    "  syncopate-cli info DIR           status, mode, workers, steps, spans, time and files\n"
+    "                                   of a run folder (also one that was interrupted)\n"
+    "  syncopate-cli export DIR [FILE]  write the run's trace.json (Perfetto) from its row files\n"
+    "  syncopate-cli import FILE|FOLDER... [--out DIR] [--images [--window N_FROM:N_TO]]\n"
+    "                    [--align-clocks]\n"
+    "                                   read PyTorch profiler (Kineto) traces, one per rank\n"
+    "                                   (.json or .json.gz), into a run folder: stalls per rank\n"
+    "                                   per step, the straggler, per-rank timeline rows\n"
+    "\n"
+    "run streams into DIR (default: runs/<time>) as it goes: config.json, one row file per\n"
+    "timeline row (w0.syr, ...) and metrics.csv, flushed every second, and summary.json every\n"
+    "few seconds; at the end index.syi, the parameters (params-init/final.safetensors) and\n"
+    "trace.json. A run killed at any moment opens as \"interrupted\" with all but its last second.\n"
+    "--set takes dotted keys (train.lr=0.05, workers_slowdown=[1,3,1,1]); the value is\n"
+    "JSON where it parses, else a string. --images also draws timeline.png, loss.png,\n"
+    "stalls.png, staleness.png, memory.png and throughput.png into DIR; the timeline shows\n"
+    "steps STEP_FROM to STEP_TO (default: five steps from a tenth of the way in).\n";
+
 void printUsage(std::FILE *to)
 {
-    std::fputs(
-        "usage:\n"
-        "  syncopate-cli run [--preset NAME | --config FILE] [--set KEY=VALUE ...] [--out DIR]\n"
-        "                    [--images [--window STEP_FROM:STEP_TO]]\n"
-        "  syncopate-cli presets            list the presets with their explanation\n"
-        "  syncopate-cli validate FILE      check a config (or preset) file\n"
-        "  syncopate-cli keys               list every config key, its default and meaning\n"
-        "  syncopate-cli devices            list the CPU and the CUDA GPUs a run can use\n"
-        "  syncopate-cli info DIR           status, mode, workers, steps, spans, time and files\n"
-        "                                   of a run folder (also one that was interrupted)\n"
-        "  syncopate-cli export DIR [FILE]  write the run's trace.json (Perfetto) from its row files\n"
-        "  syncopate-cli import FILE|FOLDER... [--out DIR] [--images [--window N_FROM:N_TO]]\n"
-        "                    [--align-clocks]\n"
-        "                                   read PyTorch profiler (Kineto) traces, one per rank\n"
-        "                                   (.json or .json.gz), into a run folder: stalls per rank\n"
-        "                                   per step, the straggler, per-rank timeline rows\n"
-        "\n"
-        "run streams into DIR (default: runs/<time>) as it goes: config.json, one row file per\n"
-        "timeline row (w0.syr, ...) and metrics.csv, flushed every second, and summary.json every\n"
-        "few seconds; at the end index.syi, the parameters (params-init/final.safetensors) and\n"
-        "trace.json. A run killed at any moment opens as \"interrupted\" with all but its last second.\n"
-        "--set takes dotted keys (train.lr=0.05, workers_slowdown=[1,3,1,1]); the value is\n"
-        "JSON where it parses, else a string. --images also draws timeline.png, loss.png,\n"
-        "stalls.png, staleness.png, memory.png and throughput.png into DIR; the timeline shows\n"
-        "steps STEP_FROM to STEP_TO (default: five steps from a tenth of the way in).\n",
-        to);
+    std::fputs(kUsage, to);
 }
 
 std::string defaultOutDir()
@@ -631,6 +636,26 @@ int commandKeys()
     return 0;
 }
 
+// Hidden (the build runs it): "man cli" writes syncopate-cli(1), "man app HELPFILE" writes
+// syncopate(1) from the text of `syncopate --help`.
+int commandMan(const std::vector<std::string> &args)
+{
+    if (args.size() == 1 && args[0] == "cli") {
+        std::fputs(cliManPage(kUsage, SYNCOPATE_VERSION).c_str(), stdout);
+        return 0;
+    }
+    if (args.size() == 2 && args[0] == "app") {
+        std::ifstream in(args[1]);
+        if (!in)
+            throw std::runtime_error("cannot read " + args[1]);
+        std::ostringstream help;
+        help << in.rdbuf();
+        std::fputs(appManPage(help.str(), SYNCOPATE_VERSION).c_str(), stdout);
+        return 0;
+    }
+    throw std::runtime_error("usage: syncopate-cli man cli | man app HELPFILE");
+}
+
 } // namespace
 
 int runCommand(const std::string &command, const std::vector<std::string> &args);
@@ -695,6 +720,8 @@ int runCommand(const std::string &command, const std::vector<std::string> &args)
         return commandValidate(args);
     if (command == "keys")
         return commandKeys();
+    if (command == "man")
+        return commandMan(args);
     if (command == "devices")
         return commandDevices();
     if (command == "info")

@@ -17,6 +17,8 @@ int main(int argc, char **argv)
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("syncopate"));
     QApplication::setOrganizationName(QStringLiteral("Syncopate"));
+    // Wayland desktops match the window to its menu entry and icon by this name.
+    QApplication::setDesktopFileName(QStringLiteral("org.syncopate.Syncopate"));
     QApplication::setApplicationDisplayName(QStringLiteral("Syncopate"));
     QApplication::setApplicationVersion(QStringLiteral(SYNCOPATE_VERSION));
 

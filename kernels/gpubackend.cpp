@@ -33,10 +33,19 @@ Loaded load()
     std::vector<std::string> candidates;
     if (const char *env = std::getenv("SYNCOPATE_CUDA_PLUGIN"); env && *env)
         candidates.emplace_back(env);
-    if (const std::string dir = executableDir(); !dir.empty())
+    if (const std::string dir = executableDir(); !dir.empty()) {
         candidates.push_back(dir + "/" + kPluginFile);
+#ifdef SYNCOPATE_CUDA_PLUGIN_RELATIVE_DIR
+        candidates.push_back(dir + "/" SYNCOPATE_CUDA_PLUGIN_RELATIVE_DIR "/" + kPluginFile);
+#endif
+    }
+    // The build tree before the install prefix, so that a build-tree executable never loads a
+    // plugin installed from an older build.
 #ifdef SYNCOPATE_CUDA_PLUGIN_BUILD_PATH
     candidates.emplace_back(SYNCOPATE_CUDA_PLUGIN_BUILD_PATH);
+#endif
+#ifdef SYNCOPATE_CUDA_PLUGIN_INSTALL_PATH
+    candidates.emplace_back(SYNCOPATE_CUDA_PLUGIN_INSTALL_PATH);
 #endif
     std::string tried;
     for (const std::string &path : candidates) {

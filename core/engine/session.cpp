@@ -13,6 +13,12 @@
 #ifndef SYNCOPATE_SOURCE_PRESETS
 #define SYNCOPATE_SOURCE_PRESETS ""
 #endif
+#ifndef SYNCOPATE_RELATIVE_PRESETS
+#define SYNCOPATE_RELATIVE_PRESETS "../share/syncopate/presets"
+#endif
+#ifndef SYNCOPATE_INSTALLED_PRESETS
+#define SYNCOPATE_INSTALLED_PRESETS ""
+#endif
 
 namespace syncopate {
 namespace fs = std::filesystem;
@@ -24,11 +30,16 @@ std::string presetDirectory()
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
-        for (const fs::path &candidate : {exe.parent_path() / "../share/syncopate/presets",
+        for (const fs::path &candidate : {exe.parent_path() / SYNCOPATE_RELATIVE_PRESETS,
                                          exe.parent_path() / "presets"})
             if (fs::is_directory(candidate, ec))
                 return fs::canonical(candidate, ec).string();
     }
+    // The source tree before the install prefix: a build-tree executable shows the presets
+    // being edited, not a copy installed earlier.
+    for (const char *dir : {SYNCOPATE_SOURCE_PRESETS, SYNCOPATE_INSTALLED_PRESETS})
+        if (*dir && fs::is_directory(dir, ec))
+            return dir;
     return SYNCOPATE_SOURCE_PRESETS;
 }
 

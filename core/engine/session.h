@@ -19,7 +19,8 @@ struct Preset {
     nlohmann::json config;   // nested keys
 };
 
-// SYNCOPATE_PRESETS if set, else the presets beside the executable or in the source tree.
+// SYNCOPATE_PRESETS if set, else the presets of the installation the executable sits in (or beside it),
+// else the source tree's, else the installed prefix's.
 std::string presetDirectory();
 std::vector<Preset> listPresets();
 // Throws ConfigError naming the preset and the ones that exist.
