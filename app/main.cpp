@@ -4,6 +4,7 @@
 #include "settings.h"
 
 #include <QApplication>
+#include <QIcon>
 #include <QCommandLineParser>
 #include <QTimer>
 
@@ -19,6 +20,7 @@ int main(int argc, char **argv)
     QApplication::setOrganizationName(QStringLiteral("Syncopate"));
     // Wayland desktops match the window to its menu entry and icon by this name.
     QApplication::setDesktopFileName(QStringLiteral("org.syncopate.Syncopate"));
+    QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/org.syncopate.Syncopate.svg")));
     QApplication::setApplicationDisplayName(QStringLiteral("Syncopate"));
     QApplication::setApplicationVersion(QStringLiteral(SYNCOPATE_VERSION));
 
