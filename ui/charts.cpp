@@ -78,6 +78,35 @@ void meanPerStep(const RunData &run, CounterId id, QVector<double> &steps, QVect
         }
 }
 
+} // namespace
+
+void spreadBand(std::vector<std::pair<double, double>> points, int bins, QVector<double> &x,
+                QVector<double> &lowest, QVector<double> &highest)
+{
+    x.clear(), lowest.clear(), highest.clear();
+    if (points.empty() || bins < 1)
+        return;
+    std::sort(points.begin(), points.end());
+    const double k0 = points.front().first, k1 = points.back().first;
+    const double width = k1 > k0 ? (k1 - k0) / bins : 1.0;
+    for (std::size_t i = 0; i < points.size();) {
+        const auto bin = std::min<std::int64_t>(bins - 1, std::int64_t((points[i].first - k0) / width));
+        double lo = points[i].second, hi = lo, keys = 0;
+        std::size_t j = i;
+        for (; j < points.size() && std::min<std::int64_t>(bins - 1, std::int64_t((points[j].first - k0) / width)) == bin; ++j) {
+            lo = std::min(lo, points[j].second);
+            hi = std::max(hi, points[j].second);
+            keys += points[j].first;
+        }
+        x.push_back(keys / double(j - i)); // the mean key: a bin's points may not fill it
+        lowest.push_back(lo);
+        highest.push_back(hi);
+        i = j;
+    }
+}
+
+namespace {
+
 // Hands out a chart's graphs in order, creating each the first time: graphs are made once per
 // set of runs and only refilled on later updates.
 class GraphSlots {
@@ -411,6 +440,19 @@ void ChartsWidget::fillLoss()
             p->xAxis->setLabel(tr("server update (async: the server's version, not a worker's step)"));
         // A sync step of N workers is N batches; an async update is one worker's batch.
         const double perKey = samples ? double(run.config().batch) * (async ? 1 : run.workers()) : 1.0;
+        // Async: each worker's loss is of its own batch on its own (stale) copy of the
+        // parameters, so the curves disagree; the band shows how far, beneath them, against the
+        // held-out loss of the server's consistent snapshots.
+        QCPGraph *lowest = nullptr, *highest = nullptr;
+        std::vector<std::pair<double, double>> spread;
+        if (async && run.workers() > 1) {
+            const QColor band(0x99, 0x99, 0x99, 90);
+            lowest = graph(tr("lowest"), band, 0, Qt::NoPen);
+            highest = graph(tr("workers' training losses, lowest to highest"), band, 0, Qt::NoPen);
+            lowest->removeFromLegend();
+            highest->setBrush(band);
+            highest->setChannelFillGraph(lowest);
+        }
         for (int w = 0; w < run.workers(); ++w) {
             QVector<double> x, y;
             std::vector<double> versionOf;
@@ -431,8 +473,16 @@ void ChartsWidget::fillLoss()
                     key = (async ? key : key + 1) * perKey; // after step s, s + 1 steps are done
                 x.push_back(key);
                 y.push_back(pt.value);
+                if (lowest)
+                    spread.emplace_back(key, pt.value);
             }
             graph(tr("worker %1").arg(w), seriesColor(w), kWorkerLine, seriesStyle(w))->setData(x, smooth(y, window), true);
+        }
+        if (lowest) {
+            QVector<double> bx, lo, hi;
+            spreadBand(spread, 150, bx, lo, hi);
+            lowest->setData(bx, lo, true);
+            highest->setData(bx, hi, true);
         }
         // Held-out loss as dots, recorded by whichever worker completed that evaluation.
         QVector<double> ex, ey;

@@ -6,6 +6,10 @@
 #include "rundata.h"
 
 #include <QTabWidget>
+#include <QVector>
+
+#include <utility>
+#include <vector>
 
 class QCustomPlot;
 class QCheckBox;
@@ -75,6 +79,11 @@ void fitLegendToHeight(QCustomPlot *plot);
 // empty chart does not draw an empty legend box.
 void setPlaceholder(QCustomPlot *plot, const QString &text);
 QString placeholderText(QCustomPlot *plot);
+
+// Points (key, value) cut into `bins` equal spans of their keys: for each span holding any, the
+// mean key, the lowest and the highest value (the loss chart's band of async workers' losses).
+void spreadBand(std::vector<std::pair<double, double>> points, int bins, QVector<double> &x,
+                QVector<double> &lowest, QVector<double> &highest);
 
 // What an empty plot says: before any run, or while a run has not finished its first step.
 QString emptyPlotText(bool haveRun);

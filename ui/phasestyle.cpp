@@ -116,7 +116,12 @@ QString metricHelp(const QString &metric)
     static const QHash<QString, QString> help = {
         {QStringLiteral("loss"),
          QStringLiteral("Training loss of each worker's batch at each step (mean over the batch). "
-                        "Held-out loss, when evaluated, is drawn as dots.")},
+                        "Held-out loss, when evaluated, is drawn as dots. In async mode each "
+                        "worker's loss is of its own batch on its own, stale copy of the "
+                        "parameters, placed at the server version its update became; the grey "
+                        "band spans the lowest to the highest of them. The dots score one "
+                        "consistent snapshot of the server's parameters: that is the model's "
+                        "loss, the band how much the workers' own figures disagree with it.")},
         {QStringLiteral("stalls"),
          QStringLiteral("Stall: time a worker spent waiting instead of computing, per step. In "
                         "sync mode every worker waits at the barrier for the slowest at every "
