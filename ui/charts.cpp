@@ -448,7 +448,7 @@ void ChartsWidget::fillLoss()
         if (async && run.workers() > 1) {
             const QColor band(0x99, 0x99, 0x99, 90);
             lowest = graph(tr("lowest"), band, 0, Qt::NoPen);
-            highest = graph(tr("workers' training losses, lowest to highest"), band, 0, Qt::NoPen);
+            highest = graph(tr("workers' losses, lowest to highest"), band, 0, Qt::NoPen);
             lowest->removeFromLegend();
             highest->setBrush(band);
             highest->setChannelFillGraph(lowest);
