@@ -9,6 +9,7 @@
 #include "phasestyle.h"
 #include "session.h"
 #include "runcontroller.h"
+#include "runsbrowser.h"
 #include "timelineplottable.h"
 #include "timelineview.h"
 
@@ -17,6 +18,11 @@
 #include <QFileInfo>
 #include <QComboBox>
 #include <QLineEdit>
+#include <QMenu>
+#include <QProcess>
+#include <QPushButton>
+#include <QStatusBar>
+#include <QWhatsThis>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -48,6 +54,13 @@ private Q_SLOTS:
     void runCanBeSavedElsewhere();
     void presentationModeScalesFonts();
     void importedTraceOpensInTheViews();
+    void saveConfigRoundTripsThroughTheCli();
+    void recentConfigsKeepOrderAndDropMissing();
+    void browserFollowsTheWindowsRuns();
+    void whatsThisExplainsEachView();
+    void oldSettingsAreMigratedOrDropped();
+    void recentListsRoundTrip_data();
+    void recentListsRoundTrip();
 
 private:
     static bool runWith(MainWindow &w, const QString &preset, int steps);
@@ -564,6 +577,255 @@ void TestMainWindow::importedTraceOpensInTheViews()
     QVERIFY(folder.isEmpty());
     QCOMPARE(int(w.runs().size()), runs);
     QVERIFY2(w.bannerText().contains(QStringLiteral("rank0.json")), qPrintable(w.bannerText()));
+}
+
+// File > Save Config As writes a file that syncopate-cli runs as the form's experiment, and
+// that Open Config reads back into the same form.
+void TestMainWindow::saveConfigRoundTripsThroughTheCli()
+{
+    MainWindow &w = *m_window;
+    w.selectPreset(QStringLiteral("straggler-sync"));
+    static_cast<QSpinBox *>(w.form()->field(QStringLiteral("train.steps")))->setValue(4);
+    static_cast<QSpinBox *>(w.form()->field(QStringLiteral("eval.every")))->setValue(2);
+    const nlohmann::json expected = parseConfig(w.form()->toJson()).toJson();
+    QVERIFY(QDir().mkpath(m_dir.filePath(QStringLiteral("saved"))));
+    const QString file = m_dir.filePath(QStringLiteral("saved/straggler.json"));
+    QVERIFY2(w.saveConfigAs(file), qPrintable(w.bannerText()));
+    const nlohmann::json saved = readJsonFile(file.toStdString());
+    QVERIFY2(saved.contains("train") && saved["train"].is_object(), saved.dump().c_str()); // nested, as config.json
+
+    QProcess cli;
+    const QString out = m_dir.filePath(QStringLiteral("saved/run"));
+    cli.start(QStringLiteral(SYNCOPATE_CLI),
+              {QStringLiteral("run"), QStringLiteral("--config"), file, QStringLiteral("--out"), out});
+    QVERIFY(cli.waitForFinished(120000));
+    QVERIFY2(cli.exitStatus() == QProcess::NormalExit && cli.exitCode() == 0, cli.readAllStandardError().constData());
+    const nlohmann::json ran = parseConfig(readJsonFile(QDir(out).filePath(QStringLiteral("config.json")).toStdString())).toJson();
+    QVERIFY2(ran == expected, (ran.dump() + "\n" + expected.dump()).c_str());
+
+    w.selectPreset(QStringLiteral("default"));
+    w.loadConfigFile(file);
+    QVERIFY2(w.bannerText().isEmpty(), qPrintable(w.bannerText()));
+    QVERIFY(parseConfig(w.form()->toJson()).toJson() == expected);
+
+    // A form the CLI would refuse is not saved; the field at fault is marked instead.
+    const QString bad = m_dir.filePath(QStringLiteral("saved/bad.json"));
+    auto *layers = qobject_cast<QLineEdit *>(w.form()->field(QStringLiteral("model.layers")));
+    QVERIFY(layers);
+    layers->setText(QStringLiteral("64, 512, x"));
+    QVERIFY(!w.saveConfigAs(bad));
+    QVERIFY(!QFileInfo::exists(bad));
+    QVERIFY2(w.bannerText().contains(QStringLiteral("not saved")), qPrintable(w.bannerText()));
+    QVERIFY(layers->property("configError").toBool());
+    w.selectPreset(QStringLiteral("default"));
+}
+
+// File > Recent Configs: newest first, a file opened again moves to the front, a file that is
+// gone is dropped with a word in the status bar, at most kMaxRecent, and Clear List.
+void TestMainWindow::recentConfigsKeepOrderAndDropMissing()
+{
+    MainWindow &w = *m_window;
+    w.selectPreset(QStringLiteral("default"));
+    w.settings().recentConfigs.clear();
+    QVERIFY(QDir().mkpath(m_dir.filePath(QStringLiteral("recent"))));
+    QStringList files;
+    for (const char *name : {"one", "two", "three"}) {
+        files << m_dir.filePath(QStringLiteral("recent/%1.json").arg(QLatin1String(name)));
+        QVERIFY(w.saveConfigAs(files.back()));
+    }
+    QCOMPARE(w.settings().recentConfigs, (QStringList{files[2], files[1], files[0]}));
+    w.loadConfigFile(files[0]);
+    QCOMPARE(w.settings().recentConfigs, (QStringList{files[0], files[2], files[1]}));
+
+    auto entries = [&] {
+        QStringList paths;
+        for (QAction *a : w.recentConfigsMenu()->actions())
+            if (a->data().isValid())
+                paths << a->data().toString();
+        return paths;
+    };
+    w.updateRecentMenus();
+    QCOMPARE(entries(), w.settings().recentConfigs);
+    QCOMPARE(w.recentConfigsMenu()->actions().front()->text(), QStringLiteral("&1 one.json"));
+
+    QVERIFY(QFile::remove(files[2]));
+    w.updateRecentMenus();
+    QCOMPARE(w.settings().recentConfigs, (QStringList{files[0], files[1]}));
+    QCOMPARE(entries(), w.settings().recentConfigs);
+    QVERIFY2(w.statusBar()->currentMessage().contains(QStringLiteral("three.json")), qPrintable(w.statusBar()->currentMessage()));
+
+    // Gone while the menu was open: dropped when chosen.
+    QAction *two = w.recentConfigsMenu()->actions().at(1);
+    QVERIFY(QFile::remove(files[1]));
+    two->trigger();
+    QCOMPARE(w.settings().recentConfigs, QStringList{files[0]});
+    QVERIFY2(w.statusBar()->currentMessage().contains(QStringLiteral("two.json")), qPrintable(w.statusBar()->currentMessage()));
+
+    for (int i = 0; i < 12; ++i)
+        AppSettings::addRecent(w.settings().recentConfigs, files[0] + QString::number(i));
+    QCOMPARE(int(w.settings().recentConfigs.size()), AppSettings::kMaxRecent);
+    QCOMPARE(w.settings().recentConfigs.front(), files[0] + QStringLiteral("11"));
+    w.settings().recentConfigs = {files[0]};
+    w.updateRecentMenus();
+    QAction *clear = nullptr;
+    for (QAction *a : w.recentConfigsMenu()->actions())
+        if (a->text() == QLatin1String("&Clear List"))
+            clear = a;
+    QVERIFY(clear && clear->isEnabled());
+    clear->trigger();
+    QVERIFY(w.settings().recentConfigs.isEmpty());
+}
+
+// File > Browse Runs on the runs of this session: a rename there moves the window's run and its
+// Recent Runs entry with the folder, Open adds the run to the window, Delete drops the entry.
+void TestMainWindow::browserFollowsTheWindowsRuns()
+{
+    MainWindow &w = *m_window;
+    const QString runsFolder = QFileInfo(w.settings().runsFolder).absoluteFilePath();
+    RunDataPtr run;
+    for (const RunDataPtr &r : w.runs())
+        if (!r->imported() && QFileInfo(r->directory()).absolutePath() == runsFolder)
+            run = r;
+    QVERIFY(run);
+    const QString from = QFileInfo(run->directory()).absoluteFilePath();
+    QVERIFY(w.settings().recentRuns.contains(from));
+
+    RunsBrowser *b = w.showRunsBrowser();
+    QVERIFY(b->isVisible());
+    QCOMPARE(b->runsFolder(), runsFolder);
+    QVERIFY(b->model()->rowCount() >= 2);
+    for (const RunFolderInfo &r : b->model()->runs())
+        QVERIFY2(QStringList({QStringLiteral("finished"), QStringLiteral("stopped")}).contains(r.status),
+                 qPrintable(r.name + QLatin1Char(' ') + r.status));
+
+    const QString to = QDir(runsFolder).filePath(QStringLiteral("renamed-in-the-browser"));
+    QVERIFY2(b->renameRun(from, QStringLiteral("renamed-in-the-browser")), qPrintable(b->message()));
+    QCOMPARE(run->directory(), to);
+    QVERIFY(w.settings().recentRuns.contains(to));
+    QVERIFY(!w.settings().recentRuns.contains(from));
+
+    const std::size_t before = w.runs().size();
+    QVERIFY(b->select(to));
+    b->findChild<QPushButton *>(QStringLiteral("openRun"))->click();
+    QCOMPARE(w.runs().size(), before + 1);
+    QCOMPARE(w.runs().back()->spanCount(), run->spanCount());
+    QVERIFY(!b->isVisible());
+    QCOMPARE(w.settings().recentRuns.front(), to);
+
+    QCOMPARE(w.showRunsBrowser(), b);
+    QVERIFY(b->deleteRun(to));
+    QVERIFY(!w.settings().recentRuns.contains(to));
+    b->close();
+}
+
+// Help > What's This (Shift+F1) on a view explains its metric in the words of its tooltip;
+// Help > Keyboard Shortcuts and Help > Lesson are there beside it.
+void TestMainWindow::whatsThisExplainsEachView()
+{
+    MainWindow &w = *m_window;
+    QVERIFY(w.timeline()->whatsThis().contains(metricHelp(QStringLiteral("timeline")).toHtmlEscaped()));
+    QVERIFY(w.timeline()->whatsThis().contains(metricHelp(QStringLiteral("off cpu")).toHtmlEscaped()));
+    for (const auto &[name, plot] : w.charts()->plots()) {
+        QVERIFY2(!metricHelp(name).isEmpty(), qPrintable(name));
+        QVERIFY2(plot->whatsThis().contains(metricHelp(name).toHtmlEscaped()), qPrintable(name));
+    }
+    QStringList help;
+    for (QAction *a : w.findChildren<QAction *>())
+        if (a->shortcut() == QKeySequence(Qt::SHIFT | Qt::Key_F1) || a->text() == QLatin1String("&Keyboard Shortcuts") ||
+            (a->text() == QLatin1String("&Lesson") && a->shortcut() == QKeySequence(Qt::Key_F2)))
+            help << a->text();
+    QCOMPARE(help.size(), 3);
+
+    QVERIFY(w.showChart(QStringLiteral("stalls")));
+    QCustomPlot *stalls = w.charts()->stallPlot();
+    QHelpEvent event(QEvent::WhatsThis, QPoint(30, 30), stalls->mapToGlobal(QPoint(30, 30)));
+    QApplication::sendEvent(stalls, &event);
+    QTRY_VERIFY(QApplication::activePopupWidget());
+    QWhatsThis::hideText();
+    QTRY_VERIFY(!QApplication::activePopupWidget());
+}
+
+// Settings written before the version key are migrated (import/lastFolder became import/folder),
+// and a value of the wrong type is ignored, not restored into its field as something else.
+void TestMainWindow::oldSettingsAreMigratedOrDropped()
+{
+    QTemporaryDir dir;
+    const QString file = dir.filePath(QStringLiteral("old.ini"));
+    {
+        QSettings s(file, QSettings::IniFormat);
+        s.setValue(QStringLiteral("import/lastFolder"), QStringLiteral("/data/old-traces"));
+        s.setValue(QStringLiteral("mpi/ranks"), 6);
+        s.setValue(QStringLiteral("files/runsFolder"), QStringLiteral("/data/runs"));
+        s.setValue(QStringLiteral("charts/tab"), QStringLiteral("Loss"));
+        s.setValue(QStringLiteral("charts/lossSmoothing"), 2.5);
+        s.setValue(QStringLiteral("view/presentation"), QStringLiteral("maybe"));
+        s.setValue(QStringLiteral("window/geometry"), QStringLiteral("not a geometry"));
+        s.setValue(QStringLiteral("files/exportFolder"), QStringList{QStringLiteral("/a"), QStringLiteral("/b")});
+    }
+    QSettings s(file, QSettings::IniFormat);
+    AppSettings a;
+    a.presentation = true;
+    QStringList ignored = a.load(s);
+    ignored.sort();
+    const AppSettings d = AppSettings::defaults();
+    QCOMPARE(a.importFolder, QStringLiteral("/data/old-traces"));
+    QCOMPARE(a.mpiRanks, 6);
+    QCOMPARE(a.runsFolder, QStringLiteral("/data/runs"));
+    QCOMPARE(a.chartTab, d.chartTab);
+    QCOMPARE(a.lossSmoothing, d.lossSmoothing);
+    QCOMPARE(a.presentation, d.presentation);
+    QVERIFY(a.windowGeometry.isEmpty());
+    QCOMPARE(a.exportFolder, d.exportFolder);
+    QCOMPARE(ignored, (QStringList{QStringLiteral("charts/lossSmoothing"), QStringLiteral("charts/tab"),
+                                   QStringLiteral("files/exportFolder"), QStringLiteral("view/presentation"),
+                                   QStringLiteral("window/geometry")}));
+
+    // Saved again: this version, under the new name only, the garbled values replaced.
+    a.save(s);
+    s.sync();
+    QCOMPARE(s.value(QStringLiteral("settings/version")).toInt(), AppSettings::kSettingsVersion);
+    QVERIFY(!s.contains(QStringLiteral("import/lastFolder")));
+    AppSettings b;
+    QVERIFY(b.load(s).isEmpty());
+    QCOMPARE(b.importFolder, QStringLiteral("/data/old-traces"));
+
+    // In a file of this version the old name means nothing any more.
+    QSettings current(dir.filePath(QStringLiteral("current.ini")), QSettings::IniFormat);
+    current.setValue(QStringLiteral("settings/version"), AppSettings::kSettingsVersion);
+    current.setValue(QStringLiteral("import/lastFolder"), QStringLiteral("/elsewhere"));
+    AppSettings c;
+    c.load(current);
+    QCOMPARE(c.importFolder, d.importFolder);
+}
+
+void TestMainWindow::recentListsRoundTrip_data()
+{
+    QTest::addColumn<QStringList>("list");
+    QTest::newRow("empty") << QStringList();
+    QTest::newRow("one") << QStringList{QStringLiteral("/home/x/a b.json")};
+    QTest::newRow("one with a comma") << QStringList{QStringLiteral("/runs/sync-workers=8,train.lr=0.1")};
+    QTest::newRow("several") << QStringList{QStringLiteral("/a.json"), QStringLiteral("/b, c.json"), QStringLiteral("/d.json")};
+}
+
+// Recent lists through a settings file as it is written to disk (an INI file gives back one
+// entry as a plain string, and no entry as an invalid value).
+void TestMainWindow::recentListsRoundTrip()
+{
+    QFETCH(QStringList, list);
+    QTemporaryDir dir;
+    const QString file = dir.filePath(QStringLiteral("s.ini"));
+    {
+        QSettings s(file, QSettings::IniFormat);
+        AppSettings a = AppSettings::defaults();
+        a.recentConfigs = list;
+        a.recentRuns = list;
+        a.save(s);
+    }
+    QSettings s(file, QSettings::IniFormat);
+    AppSettings b;
+    QVERIFY(b.load(s).isEmpty());
+    QCOMPARE(b.recentConfigs, list);
+    QCOMPARE(b.recentRuns, list);
 }
 
 QTEST_MAIN(TestMainWindow)

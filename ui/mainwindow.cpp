@@ -10,6 +10,7 @@
 #include "lesson.h"
 #include "phasestyle.h"
 #include "runcontroller.h"
+#include "runsbrowser.h"
 #include "session.h"
 #include "timelineview.h"
 
@@ -49,6 +50,7 @@
 #include <QToolBar>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <QWhatsThis>
 
 #include <algorithm>
 
@@ -62,6 +64,24 @@ QString formatSeconds(double s)
     const int total = int(s + 0.5);
     return total >= 60 ? QStringLiteral("%1:%2").arg(total / 60).arg(total % 60, 2, 10, QLatin1Char('0'))
                        : QStringLiteral("%1 s").arg(s, 0, 'f', 1);
+}
+
+// The views with their metricHelp() keys: Help > What the Views Show, and What's This on each.
+std::vector<std::pair<QString, QString>> viewHelp()
+{
+    return {{QStringLiteral("timeline"), QObject::tr("Timeline")}, {QStringLiteral("off cpu"), QObject::tr("Off CPU")},
+            {QStringLiteral("loss"), QObject::tr("Loss")},         {QStringLiteral("stalls"), QObject::tr("Stalls")},
+            {QStringLiteral("staleness"), QObject::tr("Staleness")},
+            {QStringLiteral("memory"), QObject::tr("Activation memory")},
+            {QStringLiteral("throughput"), QObject::tr("Throughput")}};
+}
+
+QString helpParagraph(const QString &key)
+{
+    for (const auto &[k, name] : viewHelp())
+        if (k == key)
+            return QStringLiteral("<p><b>%1</b>: %2</p>").arg(name, metricHelp(key).toHtmlEscaped());
+    return {};
 }
 
 } // namespace
@@ -125,6 +145,11 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
 
     createDocks();
     createActions();
+    // Help > What's This (Shift+F1), then a click on a view: the metric it draws, in the words of
+    // its tooltip. The timeline's hatching is the off-CPU time, so its help says that too.
+    m_timeline->setWhatsThis(helpParagraph(QStringLiteral("timeline")) + helpParagraph(QStringLiteral("off cpu")));
+    for (const auto &[key, plot] : m_charts->plots())
+        plot->setWhatsThis(helpParagraph(key));
 
     // Status bar: step, rate, time, progress.
     m_stepLabel = new QLabel(tr("ready"));
@@ -182,6 +207,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     m_charts->setLogLoss(m_settings.lossLog);
     if (m_settings.presentation)
         setPresentationMode(true);
+    updateRecentMenus();
     updateActions();
 }
 
@@ -365,6 +391,12 @@ void MainWindow::createActions()
             openRun(dir);
     });
     open->setShortcut(QKeySequence::Open);
+    QAction *browse = file->addAction(tr("&Browse Runs..."), this, [this] { showRunsBrowser(); });
+    browse->setShortcut(QKeySequence(tr("Ctrl+Shift+O")));
+    browse->setToolTip(tr("The runs in the runs folder with their status and size: open, rename or delete them (Ctrl+Shift+O)"));
+    m_recentRuns = file->addMenu(tr("Recent &Runs"));
+    m_recentRuns->setObjectName(QStringLiteral("recentRuns"));
+    connect(m_recentRuns, &QMenu::aboutToShow, this, &MainWindow::updateRecentMenus);
     QAction *importFiles = file->addAction(tr("&Import Traces..."), this, [this] {
         const QStringList files = QFileDialog::getOpenFileNames(
             this, tr("Import PyTorch profiler traces, one file per rank"), m_settings.importFolder,
@@ -396,6 +428,13 @@ void MainWindow::createActions()
         if (!f.isEmpty())
             loadConfigFile(f);
     });
+    QAction *saveConfig = file->addAction(tr("&Save Config As..."), this, [this] { saveConfigAs(); });
+    saveConfig->setShortcut(QKeySequence(tr("Ctrl+Shift+S")));
+    saveConfig->setToolTip(tr("Save the form's experiment as a config file: Open Config loads it, and "
+                              "syncopate-cli run --config FILE runs it (Ctrl+Shift+S)"));
+    m_recentConfigs = file->addMenu(tr("Recent Con&figs"));
+    m_recentConfigs->setObjectName(QStringLiteral("recentConfigs"));
+    connect(m_recentConfigs, &QMenu::aboutToShow, this, &MainWindow::updateRecentMenus);
     file->addSeparator();
     QAction *exportTimeline = file->addAction(tr("Export &Timeline..."), this, [this] { exportDialog(QStringLiteral("timeline")); });
     exportTimeline->setShortcut(QKeySequence(tr("Ctrl+E")));
@@ -506,16 +545,16 @@ void MainWindow::createActions()
     QMenu *help = menuBar()->addMenu(tr("&Help"));
     QAction *metrics = help->addAction(tr("What the &Views Show"), this, [this] {
         QString text;
-        for (const auto &[key, name] : {std::pair{"timeline", tr("Timeline")}, {"off cpu", tr("Off CPU")},
-                                        {"loss", tr("Loss")}, {"stalls", tr("Stalls")},
-                                        {"staleness", tr("Staleness")}, {"memory", tr("Activation memory")},
-                                        {"throughput", tr("Throughput")}})
-            text += QStringLiteral("<p><b>%1</b>: %2</p>").arg(name, metricHelp(QString::fromLatin1(key)).toHtmlEscaped());
+        for (const auto &[key, name] : viewHelp())
+            text += helpParagraph(key);
         QMessageBox box(QMessageBox::Information, tr("What the views show"), text, QMessageBox::Close, this);
         box.setTextFormat(Qt::RichText);
         box.exec();
     });
     metrics->setShortcut(QKeySequence::HelpContents);
+    QAction *whatsThis = QWhatsThis::createAction(this); // Shift+F1
+    whatsThis->setToolTip(tr("Click a view or a field after this to read what it shows (Shift+F1)"));
+    help->addAction(whatsThis);
     help->addAction(tr("&Keyboard Shortcuts"), this, [this] {
         QString rows;
         for (QAction *a : findChildren<QAction *>())
@@ -612,6 +651,7 @@ void MainWindow::loadConfigFile(const QString &path)
 {
     try {
         nlohmann::json j = readJsonFile(path.toStdString());
+        AppSettings::addRecent(m_settings.recentConfigs, QFileInfo(path).absoluteFilePath());
         if (j.contains("config") && j["config"].is_object())
             j = j["config"];
         if (j.is_object()) {
@@ -721,6 +761,11 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
     m_charts->refresh();
     rebuildWorkerControls(m_form->workers(), false);
     updateActions();
+    if (!run->directory().isEmpty()) {
+        AppSettings::addRecent(m_settings.recentRuns, QFileInfo(run->directory()).absoluteFilePath());
+        if (m_browser && m_browser->isVisible())
+            m_browser->refresh();
+    }
     const auto &s = run->summary;
     QString text = tr("%1 %2: %3 steps, %4 samples/s, stalls %5% of worker time")
                        .arg(run->label(), QString::fromLatin1(runStateName(run->state)))
@@ -939,8 +984,9 @@ bool MainWindow::renameRun(const RunDataPtr &run, const QString &name)
                                .arg(old.absolutePath().toHtmlEscaped(), folder.toHtmlEscaped()));
                 return false;
             }
-            run->setDirectory(target);
-            item->setToolTip(target);
+            onRunFolderRenamed(old.absolutePath(), target);
+            if (m_browser && m_browser->isVisible())
+                m_browser->refresh();
             statusBar()->showMessage(tr("Renamed; the run's folder is now %1").arg(target), 8000);
         }
     }
@@ -1044,6 +1090,7 @@ bool MainWindow::openRun(const QString &dir)
         return false;
     }
     hideBanner();
+    AppSettings::addRecent(m_settings.recentRuns, QFileInfo(dir).absoluteFilePath());
     addRunToList(run);
     showRun(run);
     m_timeline->fitAll();
@@ -1213,6 +1260,138 @@ void MainWindow::copyImage()
 {
     QApplication::clipboard()->setPixmap(m_timeline->toPixmap(m_timeline->width(), m_timeline->height()));
     statusBar()->showMessage(tr("Timeline image copied"), 4000);
+}
+
+bool MainWindow::saveConfigAs(const QString &target)
+{
+    const nlohmann::json flat = m_form->toJson();
+    try {
+        parseConfig(flat); // a file the CLI would refuse is not written; the fields at fault are marked
+    } catch (const ConfigError &e) {
+        QStringList fields;
+        for (const auto &f : e.fields())
+            fields << QString::fromStdString(f);
+        showBanner(tr("The config was not saved: %1").arg(QString::fromStdString(e.what()).toHtmlEscaped()));
+        m_form->markErrors(fields);
+        return false;
+    }
+    QString path = target;
+    if (path.isEmpty()) {
+        const QString dir = m_settings.recentConfigs.isEmpty() ? QDir::homePath()
+                                                               : QFileInfo(m_settings.recentConfigs.front()).absolutePath();
+        const QString base = m_form->presetName().isEmpty() ? QString::fromStdString(flat.value("mode", std::string("experiment")))
+                                                            : m_form->presetName();
+        path = QFileDialog::getSaveFileName(this, tr("Save config as"), QDir(dir).filePath(base + QStringLiteral(".json")),
+                                            tr("JSON (*.json)"));
+        if (path.isEmpty())
+            return false;
+    }
+    // Nested by section, as the presets are; a key whose section is also a key of its own
+    // ("device" and "device.tf32") stays dotted. Dotted keys throughout where that would not read
+    // back as the same keys: the CLI reads both.
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto &[key, value] : flat.items()) {
+        const std::size_t dot = key.find('.');
+        const std::string section = key.substr(0, dot);
+        if (dot == std::string::npos || flat.contains(section))
+            out[key] = value;
+        else
+            out[section][key.substr(dot + 1)] = value;
+    }
+    if (flattenConfig(out) != flat)
+        out = flat;
+    try {
+        writeFileAtomically(path.toStdString(), out.dump(2) + "\n");
+    } catch (const std::exception &e) {
+        showBanner(tr("The config was not saved: %1").arg(QString::fromStdString(e.what()).toHtmlEscaped()));
+        return false;
+    }
+    AppSettings::addRecent(m_settings.recentConfigs, QFileInfo(path).absoluteFilePath());
+    statusBar()->showMessage(tr("Saved %1; syncopate-cli run --config %1 runs it").arg(QDir::toNativeSeparators(path)), 8000);
+    return true;
+}
+
+void MainWindow::updateRecentMenus()
+{
+    fillRecentMenu(m_recentConfigs, false);
+    fillRecentMenu(m_recentRuns, true);
+}
+
+void MainWindow::fillRecentMenu(QMenu *menu, bool runs)
+{
+    QStringList &list = runs ? m_settings.recentRuns : m_settings.recentConfigs;
+    const QString title = runs ? tr("Recent Runs") : tr("Recent Configs");
+    auto there = [runs](const QString &path) { return runs ? isRunFolder(path) : QFileInfo(path).isFile(); };
+    QStringList gone;
+    for (const QString &path : std::as_const(list))
+        if (!there(path))
+            gone << QDir::toNativeSeparators(path);
+    list.erase(std::remove_if(list.begin(), list.end(), [&](const QString &p) { return !there(p); }), list.end());
+    if (!gone.isEmpty())
+        statusBar()->showMessage(tr("Removed from %1, no longer there: %2").arg(title, gone.join(QStringLiteral(", "))), 8000);
+    menu->clear();
+    for (int i = 0; i < list.size(); ++i) {
+        const QString path = list[i];
+        QString name = QFileInfo(path).fileName();
+        name.replace(QLatin1Char('&'), QStringLiteral("&&"));
+        QAction *a = menu->addAction(i < 9 ? QStringLiteral("&%1 %2").arg(i + 1).arg(name) : name, this, [this, path, runs, there, title] {
+            if (!there(path)) {
+                (runs ? m_settings.recentRuns : m_settings.recentConfigs).removeAll(path);
+                statusBar()->showMessage(tr("Removed from %1, no longer there: %2").arg(title, QDir::toNativeSeparators(path)), 8000);
+            } else if (runs) {
+                openRun(path);
+            } else {
+                loadConfigFile(path);
+            }
+        });
+        a->setData(path);
+        a->setToolTip(QDir::toNativeSeparators(path));
+        a->setStatusTip(QDir::toNativeSeparators(path));
+    }
+    if (list.isEmpty())
+        menu->addAction(runs ? tr("No recent runs") : tr("No recent configs"))->setEnabled(false);
+    menu->addSeparator();
+    menu->addAction(tr("&Clear List"), this, [this, runs] {
+        (runs ? m_settings.recentRuns : m_settings.recentConfigs).clear();
+    })->setEnabled(!list.isEmpty());
+}
+
+RunsBrowser *MainWindow::showRunsBrowser()
+{
+    if (!m_browser) {
+        m_browser = new RunsBrowser(this);
+        // The live run's folder is shown as running and is never renamed or deleted under it.
+        m_browser->setInUse([this](const QString &dir) {
+            const RunDataPtr run = m_controller->run();
+            return m_controller->isRunning() && run && !run->directory().isEmpty() &&
+                   QFileInfo(run->directory()).canonicalFilePath() == QFileInfo(dir).canonicalFilePath();
+        });
+        connect(m_browser, &RunsBrowser::openRequested, this, [this](const QString &dir) { openRun(dir); });
+        connect(m_browser, &RunsBrowser::runRenamed, this, &MainWindow::onRunFolderRenamed);
+        connect(m_browser, &RunsBrowser::runDeleted, this, [this](const QString &dir) {
+            m_settings.recentRuns.removeAll(dir);
+            statusBar()->showMessage(tr("Deleted the run folder %1").arg(QDir::toNativeSeparators(dir)), 8000);
+        });
+    }
+    m_browser->setRunsFolder(m_settings.runsFolder);
+    m_browser->show();
+    m_browser->raise();
+    m_browser->activateWindow();
+    return m_browser;
+}
+
+void MainWindow::onRunFolderRenamed(const QString &from, const QString &to)
+{
+    // Runs of this session and Recent Runs follow the folder, so that exports and reopening work.
+    const QString old = QDir::cleanPath(QFileInfo(from).absoluteFilePath());
+    for (std::size_t i = 0; i < m_runs.size(); ++i)
+        if (!m_runs[i]->directory().isEmpty() && QDir::cleanPath(QFileInfo(m_runs[i]->directory()).absoluteFilePath()) == old) {
+            m_runs[i]->setDirectory(to);
+            m_runList->item(int(i))->setToolTip(to);
+        }
+    for (QString &path : m_settings.recentRuns)
+        if (QDir::cleanPath(path) == old)
+            path = QFileInfo(to).absoluteFilePath();
 }
 
 void MainWindow::closeEvent(QCloseEvent *event)

@@ -17,6 +17,7 @@ class QGridLayout;
 class QLabel;
 class QListWidget;
 class QListWidgetItem;
+class QMenu;
 class QProgressBar;
 class QCustomPlot;
 
@@ -29,6 +30,7 @@ class ChartsWidget;
 class ExperimentForm;
 class LessonPanel;
 class RunController;
+class RunsBrowser;
 class TimelineView;
 
 class MainWindow : public QMainWindow {
@@ -48,6 +50,16 @@ public:
 
     void selectPreset(const QString &name);
     void loadConfigFile(const QString &path);
+    // File > Save Config As: the form's experiment, checked as a run would check it, as a config
+    // file that `syncopate-cli run --config` and Open Config read (asked for when path is empty).
+    bool saveConfigAs(const QString &path = {});
+    // File > Recent Configs and Recent Runs, rebuilt each time they open: entries whose file or
+    // run folder is gone are dropped, and the status bar says which.
+    void updateRecentMenus();
+    QMenu *recentConfigsMenu() const { return m_recentConfigs; }
+    QMenu *recentRunsMenu() const { return m_recentRuns; }
+    // File > Browse Runs (Ctrl+Shift+O): the runs folder's runs, to open, rename or delete.
+    RunsBrowser *showRunsBrowser();
     bool startRun();
     // Copies the current run's folder into target (asked for when empty); for a disk that filled.
     bool saveRunElsewhere(const QString &target = {});
@@ -114,6 +126,8 @@ private:
     void exportRunFile(const QString &file);
     void copyImage();
     QCustomPlot *viewByName(const QString &name) const;
+    void fillRecentMenu(QMenu *menu, bool runs);
+    void onRunFolderRenamed(const QString &from, const QString &to);
 
     AppSettings m_settings;
     RunController *m_controller;
@@ -142,6 +156,8 @@ private:
     QThread *m_importThread = nullptr;
     QDockWidget *m_mpiLogDock = nullptr;
     QPlainTextEdit *m_mpiLog = nullptr;
+    QMenu *m_recentConfigs = nullptr, *m_recentRuns = nullptr;
+    RunsBrowser *m_browser = nullptr;
     QString uniqueRunName(const QString &base) const;
     std::vector<RunDataPtr> checkedRuns() const;
 };
