@@ -109,7 +109,11 @@ protected:
     void closeEvent(QCloseEvent *event) override;
 
 private:
-    void createActions();
+    // The views with their metricHelp() keys, and one's help as a paragraph: Help > What the
+    // Views Show and What's This.
+    static std::vector<std::pair<QString, QString>> viewHelp();
+    static QString helpParagraph(const QString &key);
+    void createActions(); // mainwindow_actions.cpp; files and folders in mainwindow_files.cpp
     void createDocks();
     void showBanner(const QString &text, bool error = true);
     void hideBanner();
