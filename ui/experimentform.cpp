@@ -155,6 +155,7 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     bound->setSpecialValueText(tr("unbounded"));
     addField(run, "async.max_staleness", bound, tr("Staleness bound"));
     addField(run, "async.staleness_lr", new QCheckBox(tr("lr / staleness")), tr("Staleness-aware lr"));
+    addField(run, "sync.backup_workers", intSpin(0, 4095), tr("Backup workers"));
 
     // Used when the run goes over MPI ranks (mpirun -np N syncopate-cli run); saved with the
     // config like every other key.

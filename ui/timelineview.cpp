@@ -99,6 +99,8 @@ void TimelineView::updateLegend()
             own = {Phase::Data, Phase::Forward, Phase::Backward, Phase::Wait, Phase::Reduce, Phase::Apply, Phase::Delay};
         if (run->config().checkpoint && !run->imported())
             own.insert(own.begin() + 3, Phase::Recompute);
+        if (run->config().backupWorkers > 0 && !run->imported())
+            own.push_back(Phase::Dropped);
         if (!run->imported()) {
             own.push_back(Phase::Eval);
             own.push_back(Phase::Pause);

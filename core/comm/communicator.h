@@ -65,6 +65,86 @@ public:
     virtual void cancel() = 0;
 };
 
+// The sync collective with backup workers (sync.backup_workers = b, Chen et al. 2016). Round r
+// is step r; every worker calls, per round it computes:
+//   arrive(l, r)  ->  contributor: reduce(l, r)  waitMean(r)  apply mean(r)  applied(l, r)
+//                 ->  late: for r' in [r, next): waitMean(r')  apply mean(r')  applied(l, r')
+// A round fills with its first N - b arrivals, in arrival order under the group's lock; those
+// are its contributors, whose mean is summed in worker order (bit for bit the same for the same
+// contributors). A later arrival is dropped, and its worker applies every round it missed and
+// computes next the first round not yet filled: the others never wait for it, and it never
+// falls further behind. Every replica applies every round's mean in order, so all stay equal.
+// Means are kept until every worker has applied them, in history() slots (16, fewer for a model
+// whose 16 means would pass 256 MiB): a worker more rounds behind than that (paused, say) holds
+// the others, as plain sync would.
+class BackupSyncGroup {
+public:
+    struct Arrival {
+        bool open = false;        // false: cancelled
+        bool contributes = false; // among the round's first N - b
+        std::int64_t next = 0;    // the round this worker computes next
+    };
+    // Needs every replica in one memory space (the CPU, or workers sharing one GPU); throws
+    // ConfigError of sync.backup_workers otherwise. script (the test hook
+    // Engine::scriptSyncArrivals) may be null or empty; it must outlive the group.
+    BackupSyncGroup(const std::vector<Device *> &devices, const std::vector<float *> &grads,
+                    std::size_t count, int backups, const RunClock &clock,
+                    const std::vector<int> *script = nullptr);
+    std::string algorithm() const { return "shared memory, first N-b"; }
+    int history() const { return int(m_slots.size()); }
+    // l's gradients for round r are complete at arrivedNs. A contributor returns once the round
+    // has filled and its slot is free; *releasedNs: when that was. A late worker returns at once.
+    Arrival arrive(int local, std::int64_t round, std::int64_t arrivedNs, std::int64_t *releasedNs);
+    // A contributor averages its share of the round's mean. Returns the bytes it combined.
+    std::size_t reduce(int local, std::int64_t round);
+    // False when cancelled. *readyNs: when the round's last share was reduced.
+    bool waitMean(std::int64_t round, std::int64_t *readyNs);
+    // Valid until this worker calls applied() for the round.
+    const float *mean(std::int64_t round) const;
+    void applied(int local, std::int64_t round);
+    void cancel();
+
+private:
+    struct Slot {
+        std::int64_t round = -1;
+        std::vector<int> contributors; // in worker order
+        int reduced = 0;
+        bool ready = false;
+        std::int64_t openedNs = 0; // the contributors were let go to reduce
+        std::int64_t readyNs = 0;
+        DeviceBuffer mean;
+    };
+    Slot &slot(std::int64_t round) { return m_slots[std::size_t(round) % m_slots.size()]; }
+    const Slot &slot(std::int64_t round) const
+    {
+        return m_slots[std::size_t(round) % m_slots.size()];
+    }
+    bool slotFree(std::int64_t round) const;
+    // Caller holds m_mutex: the filled round moves into its slot once the slot is free.
+    void installPending(std::int64_t nowNs);
+
+    std::vector<Device *> m_devices;
+    std::vector<float *> m_grads;
+    std::size_t m_count;
+    int m_needed; // N - b
+    const RunClock &m_clock;
+    const std::vector<int> *m_script;
+
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    bool m_cancelled = false;
+    std::size_t m_scriptPos = 0;
+    std::vector<Slot> m_slots;
+    std::vector<std::int64_t> m_applied; // per worker: rounds applied
+    std::int64_t m_open = 0;             // the first round not yet filled
+    std::vector<int> m_filling;          // its arrivals so far
+    // A filled round waiting for its slot (at most one: the next cannot fill before it is
+    // reduced), and when it filled.
+    std::int64_t m_pending = -1;
+    std::vector<int> m_pendingContributors;
+    std::int64_t m_pendingNs = 0;
+};
+
 // What rank 0 knows of another rank's clock: rank 0's time = the rank's time + offsetNs.
 struct ClockOffset {
     std::int64_t offsetNs = 0;
@@ -99,6 +179,12 @@ public:
                                                  const std::vector<float *> &grads,
                                                  std::size_t count, int workers,
                                                  const RunClock &clock) = 0;
+    // Sync with backup workers (sync.backup_workers > 0): only threads of one process have
+    // it; the default throws ConfigError of sync.backup_workers.
+    virtual std::unique_ptr<BackupSyncGroup>
+    backupSyncGroup(const std::vector<Device *> &devices, const std::vector<float *> &grads,
+                    std::size_t count, int workers, int backups, const RunClock &clock,
+                    const std::vector<int> *script);
     // Every wait inside the communicator returns false from now on (the run stops).
     virtual void cancel() {}
 
@@ -174,6 +260,10 @@ public:
     std::unique_ptr<SyncGroup> syncGroup(const std::vector<Device *> &devices,
                                          const std::vector<float *> &grads, std::size_t count,
                                          int workers, const RunClock &clock) override;
+    std::unique_ptr<BackupSyncGroup>
+    backupSyncGroup(const std::vector<Device *> &devices, const std::vector<float *> &grads,
+                    std::size_t count, int workers, int backups, const RunClock &clock,
+                    const std::vector<int> *script) override;
 };
 
 // This machine's host name.

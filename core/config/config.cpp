@@ -355,6 +355,11 @@ const std::vector<ConfigKey> &configKeys()
          "worker's gradient slices to the slice's owner, which sums them in worker order "
          "(bit for bit the result of the same workers as threads of one process); mpi: "
          "MPI_Allreduce of each rank's sum (its own algorithm and order, equal to about 1e-6)."},
+        {"sync.backup_workers", KeyType::Int, "0", 0, 255, {},
+         "Backup workers b (Chen et al. 2016): each step applies the mean of the first "
+         "workers - b gradients to arrive and drops the rest, so the b slowest stall nobody. "
+         "0 <= b < workers; threads of one process on the CPU or one GPU. The step's batch "
+         "shrinks to (workers - b) x train.batch, and which gradients count depends on timing."},
         {"mpi.workers_per_rank", KeyType::Int, "1", 1, 256, {},
          "Under mpirun: worker threads per rank. The run's workers are then ranks times this "
          "(the workers key is ignored)."},
@@ -540,6 +545,7 @@ RunConfig parseConfig(const nlohmann::json &input)
     c.momentum = v["train.momentum"];
     c.seed = v["train.seed"].get<std::uint64_t>();
     c.allreduce = v["sync.allreduce"];
+    c.backupWorkers = v["sync.backup_workers"];
     c.workersPerRank = v["mpi.workers_per_rank"];
     c.commTimeoutS = v["mpi.timeout_s"];
     c.maxStaleness = v["async.max_staleness"];
@@ -567,6 +573,16 @@ RunConfig parseConfig(const nlohmann::json &input)
         errors.add("workers_slowdown",
                    "workers_slowdown = " + shortDump(v["workers_slowdown"]) + ": expected " +
                        std::to_string(c.workers) + " factors (one per worker) or an empty array");
+    if (c.backupWorkers >= c.workers)
+        errors.add("sync.backup_workers",
+                   "sync.backup_workers = " + std::to_string(c.backupWorkers) +
+                       ": expected 0 <= b < workers (" + std::to_string(c.workers) +
+                       "), at least one gradient must count each step");
+    else if (c.backupWorkers > 0 && c.async())
+        errors.add("sync.backup_workers",
+                   "sync.backup_workers = " + std::to_string(c.backupWorkers) +
+                       ": backup workers are a sync mode's (mode = \"sync\" or \"checkpointed\"); "
+                       "async never waits for the others");
     if (c.source == "idx") {
         if (c.images.empty())
             errors.add("data.images", "data.images = \"\": data.source=idx needs an IDX image file");
@@ -654,7 +670,7 @@ nlohmann::json RunConfig::toJson() const
     j["train"] = {{"steps", steps}, {"batch", batch},       {"optimizer", optimizer},
                   {"lr", lr},       {"momentum", momentum}, {"seed", seed}};
     j["async"] = {{"max_staleness", maxStaleness}, {"staleness_lr", stalenessLr}};
-    j["sync"] = {{"allreduce", allreduce}};
+    j["sync"] = {{"allreduce", allreduce}, {"backup_workers", backupWorkers}};
     j["mpi"] = {{"workers_per_rank", workersPerRank}, {"timeout_s", commTimeoutS}};
     j["workers_slowdown"] = slowdown;
     j["jitter"] = jitter;

@@ -69,6 +69,7 @@ struct RunConfig {
     std::uint64_t seed = 1;
 
     std::string allreduce = "ordered"; // sync over MPI ranks: ordered | mpi
+    int backupWorkers = 0;             // sync: gradients dropped per step (the last to arrive)
     int workersPerRank = 1;            // MPI: worker threads of each rank
     double commTimeoutS = 10;          // MPI: a rank silent this long is lost
     int maxStaleness = -1;
@@ -86,9 +87,12 @@ struct RunConfig {
     bool classification() const { return source != "teacher"; }
     int inputWidth() const { return layers.front(); }
     int outputWidth() const { return layers.back(); }
-    // Samples one completed step stands for: every worker's batch in sync, one batch per
-    // server update in async.
-    std::int64_t samplesPerStep() const { return std::int64_t(batch) * (async() ? 1 : workers); }
+    // Samples one completed step stands for: every counted worker's batch in sync (backup
+    // workers' dropped gradients are not), one batch per server update in async.
+    std::int64_t samplesPerStep() const
+    {
+        return std::int64_t(batch) * (async() ? 1 : workers - backupWorkers);
+    }
 
     // Every key with its resolved value, nested by section (what config.json holds).
     nlohmann::json toJson() const;

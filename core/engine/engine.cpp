@@ -274,6 +274,14 @@ void Engine::injectFault(int worker, std::int64_t step, Phase phase)
 
 void Engine::scriptServerOrder(std::vector<int> order) { m_script = std::move(order); }
 
+void Engine::scriptSyncArrivals(std::vector<int> order) { m_syncScript = std::move(order); }
+
+std::vector<float> Engine::replicaParams(int worker) const
+{
+    const WorkerState *w = localWorker(worker);
+    return w ? w->model->paramsToHost() : std::vector<float>{};
+}
+
 void Engine::fail(int worker, std::int64_t step, Phase phase, const std::string &what)
 {
     {

@@ -109,6 +109,11 @@ public:
     // Async: server operations happen exactly in this order; each entry is a worker index,
     // positive for a pull (w + 1) and negative for a push (-(w + 1)).
     void scriptServerOrder(std::vector<int> order);
+    // Sync with backup workers: workers arrive at the group exactly in this order of worker
+    // indices, one entry per arrival (contributing or late). Before start().
+    void scriptSyncArrivals(std::vector<int> order);
+    // The parameters of this process's replica of that worker; after the run.
+    std::vector<float> replicaParams(int worker) const;
 
 private:
     friend class SyncStrategy;
@@ -164,6 +169,7 @@ private:
     std::shared_ptr<Communicator> m_comm;
     std::unique_ptr<Strategy> m_strategy;
     std::vector<int> m_script; // async test hook: scriptServerOrder
+    std::vector<int> m_syncScript; // backup workers' test hook: scriptSyncArrivals
     // Non-root ranks: records on rank 0's clock, sent about every 100 ms.
     std::vector<Record> m_outbox;
     std::int64_t m_lastSendNs = 0;

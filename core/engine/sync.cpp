@@ -1,6 +1,8 @@
 // The sync strategy: every worker computes its gradient on its own shard, waits at the barrier,
 // the gradients are averaged in worker order (bit for bit the same whatever the timing, and
-// the same on threads and on MPI ranks), and every replica applies the same update.
+// the same on threads and on MPI ranks), and every replica applies the same update. With backup
+// workers (sync.backup_workers = b) a step takes the first N - b gradients to arrive and the
+// late workers catch up on the means they missed (BackupSyncGroup in communicator.h).
 #include "communicator.h"
 #include "engine.h"
 #include "strategy.h"
@@ -20,25 +22,44 @@ public:
             devices.push_back(w->device.get());
             grads.push_back(w->model->grads());
         }
-        m_group = e.m_comm->syncGroup(devices, grads, std::size_t(e.parameterCount()),
-                                      e.m_config.workers, e.m_clock);
-        m_evalShards.resize(e.m_workers.size());
+        if (e.m_config.backupWorkers > 0)
+            m_backup = e.m_comm->backupSyncGroup(devices, grads, std::size_t(e.parameterCount()),
+                                                 e.m_config.workers, e.m_config.backupWorkers,
+                                                 e.m_clock, &e.m_syncScript);
+        else
+            m_group = e.m_comm->syncGroup(devices, grads, std::size_t(e.parameterCount()),
+                                          e.m_config.workers, e.m_clock);
+        m_evals.resize(1);
+        m_evals.front().shards.resize(e.m_workers.size());
     }
 
     void runWorker(WorkerState &w) override
     {
+        if (m_backup) {
+            runWithBackups(w);
+            return;
+        }
         for (std::int64_t step = 0; step < m_engine.m_config.steps && !m_engine.stopping(); ++step)
             this->step(w, step);
     }
 
-    void cancel() override { m_group->cancel(); }
+    void cancel() override
+    {
+        if (m_backup)
+            m_backup->cancel();
+        else
+            m_group->cancel();
+    }
 
     std::vector<float> finalParams() const override
     {
         return m_engine.m_workers.front()->model->paramsToHost();
     }
 
-    std::string reduceAlgorithm() const override { return m_group->algorithm(); }
+    std::string reduceAlgorithm() const override
+    {
+        return m_backup ? m_backup->algorithm() : m_group->algorithm();
+    }
 
 private:
     // Waits at the barrier from t0 and records it; t0 becomes the span's end.
@@ -90,11 +111,103 @@ private:
         const std::int64_t done = step + 1;
         if (w.local == 0)
             e.m_progress = done;
+        evaluateIfDue(w, done);
+    }
+
+    void evaluateIfDue(WorkerState &w, std::int64_t done)
+    {
         // The final evaluation too is shared: every worker its slice of the held-out set, as
         // in the periodic ones (one worker evaluating all of it showed as one long span).
-        if (e.m_evalModel &&
-            ((e.m_config.evalEvery > 0 && done % e.m_config.evalEvery == 0) || done == e.m_config.steps))
+        const RunConfig &c = m_engine.m_config;
+        if (m_engine.m_evalModel && ((c.evalEvery > 0 && done % c.evalEvery == 0) || done == c.steps))
             evaluateShard(w, done);
+    }
+
+    // Backup workers: round r is step r. A worker computes a round, arrives; the round's first
+    // N - b reduce and apply its mean, a later one records the drop, applies every round it
+    // missed and computes next the round the others are filling.
+    void runWithBackups(WorkerState &w)
+    {
+        Engine &e = m_engine;
+        std::int64_t round = 0;
+        while (round < e.m_config.steps && !e.stopping()) {
+            const auto s32 = std::uint32_t(round);
+            e.computeStep(w, round);
+            if (e.stopping())
+                return;
+            e.enter(w, Phase::Wait, round);
+            std::int64_t t0 = w.rec.now();
+            std::int64_t released = 0;
+            const BackupSyncGroup::Arrival a = m_backup->arrive(w.local, round, t0, &released);
+            std::int64_t t1 = w.rec.now();
+            if (!a.open || a.contributes) {
+                // As at the barrier: how long after the round filled this worker resumed.
+                w.rec.span(Phase::Wait, s32, t0, t1,
+                           a.open ? double(t1 - std::clamp(released, t0, t1)) : 0.0);
+                if (!a.open)
+                    return;
+                t0 = t1;
+                e.enter(w, Phase::Reduce, round);
+                const std::size_t moved = m_backup->reduce(w.local, round);
+                t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(moved));
+                e.enter(w, Phase::Wait, round);
+                if (!waitForMean(w, round, t0, Phase::Wait))
+                    return;
+                applyRound(w, round, t0);
+            } else {
+                // Dropped: from the arrival until the round's mean is there to apply.
+                e.enter(w, Phase::Dropped, round);
+                if (!waitForMean(w, round, t0, Phase::Dropped))
+                    return;
+                for (std::int64_t r = round; r < a.next; ++r) {
+                    if (r > round) {
+                        e.enter(w, Phase::Wait, r);
+                        if (!waitForMean(w, r, t0, Phase::Wait, true))
+                            return;
+                    }
+                    t0 = applyRound(w, r, t0);
+                }
+            }
+            round = a.next;
+        }
+    }
+
+    // Waits for the round's mean from t0 and records it (unless onlyIfWaited and the mean was
+    // there already); t0 becomes the span's end. False when cancelled.
+    bool waitForMean(WorkerState &w, std::int64_t round, std::int64_t &t0, Phase p,
+                     bool onlyIfWaited = false)
+    {
+        std::int64_t ready = 0;
+        const bool open = m_backup->waitMean(round, &ready);
+        const std::int64_t t1 = w.rec.now();
+        if (!onlyIfWaited || !open || ready > t0)
+            w.rec.span(p, std::uint32_t(round), t0, t1,
+                       open && p == Phase::Wait ? double(t1 - std::clamp(ready, t0, t1)) : 0.0);
+        t0 = t1;
+        return open;
+    }
+
+    // Applies the round's mean to w's replica; returns when the apply span ended.
+    std::int64_t applyRound(WorkerState &w, std::int64_t round, std::int64_t t0)
+    {
+        Engine &e = m_engine;
+        e.enter(w, Phase::Apply, round);
+        {
+            ScopedSpan apply(&w.rec, Phase::Apply, std::uint32_t(round), t0);
+            w.optimizer->step(w.model->params(), m_backup->mean(round));
+        }
+        // The slot may be refilled once every worker has applied it: the device must be done
+        // reading it first.
+        w.device->synchronize();
+        const std::int64_t end = w.rec.now();
+        m_backup->applied(w.local, round);
+        const std::int64_t done = round + 1;
+        // Steps completed: the furthest any replica has got (a late worker 0 lags).
+        std::int64_t seen = e.m_progress.load();
+        while (seen < done && !e.m_progress.compare_exchange_weak(seen, done)) {
+        }
+        evaluateIfDue(w, done);
+        return end;
     }
 
     // Every worker evaluates its shard of the held-out set on its own replica (all hold the
@@ -117,13 +230,27 @@ private:
             e.m_eval->y.empty() ? nullptr : e.m_eval->y.data() + lo * outW, hi - lo);
         w.rec.span(Phase::Eval, std::uint32_t(step), t0, w.rec.now(), double(step));
         std::lock_guard lock(m_evalMutex);
-        m_evalShards[std::size_t(w.local)] = part;
-        if (++m_evalShardsDone < int(m_evalShards.size()))
+        PendingEval *pending = nullptr, *unused = nullptr;
+        for (PendingEval &p : m_evals) {
+            if (p.step == step)
+                pending = &p;
+            else if (p.step < 0 && !unused)
+                unused = &p;
+        }
+        if (!pending) {
+            if (!unused) {
+                unused = &m_evals.emplace_back();
+                unused->shards.resize(e.m_workers.size());
+            }
+            pending = unused;
+            pending->step = step;
+            pending->done = 0;
+        }
+        pending->shards[std::size_t(w.local)] = part;
+        if (++pending->done < int(pending->shards.size()))
             return;
-        // No worker starts the next round before this one ends: the barriers of the steps
-        // between wait for the worker doing this.
-        m_evalShardsDone = 0;
-        if (!e.m_comm->gatherEval(m_evalShards, m_allShards) || !e.m_comm->root())
+        pending->step = -1;
+        if (!e.m_comm->gatherEval(pending->shards, m_allShards) || !e.m_comm->root())
             return;
         EvalResult all;
         for (const EvalResult &s : m_allShards) {
@@ -137,11 +264,20 @@ private:
         e.recordEval(w, step, all);
     }
 
-    std::unique_ptr<SyncGroup> m_group;
+    // One evaluation's shards, this process's in local order. Plain sync has one open at a time
+    // (the barriers between see to it); with backup workers a late worker may still owe its
+    // shard of one while the others are at the next.
+    struct PendingEval {
+        std::int64_t step = -1; // -1: unused
+        std::vector<EvalResult> shards;
+        int done = 0;
+    };
+
+    std::unique_ptr<SyncGroup> m_group;          // plain sync
+    std::unique_ptr<BackupSyncGroup> m_backup;   // sync.backup_workers > 0
     std::mutex m_evalMutex;
-    std::vector<EvalResult> m_evalShards; // this process's, in local order
-    std::vector<EvalResult> m_allShards;  // rank 0: every worker's, in worker order
-    int m_evalShardsDone = 0;             // guarded by m_evalMutex
+    std::vector<PendingEval> m_evals;    // guarded by m_evalMutex
+    std::vector<EvalResult> m_allShards; // rank 0: every worker's, in worker order
 };
 
 std::unique_ptr<Strategy> makeSyncStrategy(Engine &engine)

@@ -124,6 +124,11 @@ void MetricsAccumulator::add(const Record *records, std::size_t n)
                 row->row.recomputeMs += ns / 1e6;
             m_recomputeNs += ns;
             break;
+        case Phase::Dropped:
+            if (row)
+                row->row.dropped = 1;
+            ++ws.dropped;
+            break;
         default:
             break;
         }
@@ -334,6 +339,7 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
     nlohmann::json stallPerWorker = nlohmann::json::array();
     nlohmann::json delayPerWorker = nlohmann::json::array();
     nlohmann::json descheduledPerWorker = nlohmann::json::array();
+    nlohmann::json droppedPerWorker = nlohmann::json::array();
     double totalDescheduled = 0;
     for (const WorkerState &ws : m_state) {
         descheduledPerWorker.push_back(ws.descheduledNs / 1e6);
@@ -342,6 +348,7 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
         totalWait += ws.waitNs;
         stallPerWorker.push_back(ws.waitNs / 1e6);
         delayPerWorker.push_back(ws.delayNs / 1e6);
+        droppedPerWorker.push_back(ws.dropped);
     }
 
     double finalLoss = std::numeric_limits<double>::quiet_NaN();
@@ -382,6 +389,11 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
             explained += explainedByDescheduling(parts);
         }
         j["stall_descheduled_fraction"] = totalWait > 0 ? std::min(1.0, explained / totalWait) : 0.0;
+    }
+    if (!config.async() && config.backupWorkers > 0) {
+        // Gradients computed and not used, per worker: the b late ones of each step.
+        j["backup_workers"] = config.backupWorkers;
+        j["dropped_per_worker"] = droppedPerWorker;
     }
     j["recompute_ms"] = m_recomputeNs / 1e6;
     j["peak_activation_bytes"] = clampToInt64(m_peakActivation);

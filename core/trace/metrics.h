@@ -28,6 +28,7 @@ struct StepRow {
     double descheduledMs = 0;
     double staleness = -1; // async: staleness of this step's update; -1 = none
     double activationBytes = 0;
+    int dropped = 0; // backup workers: 1 when this worker's gradient of the step was not used
 };
 
 struct RunMetrics {
@@ -108,6 +109,7 @@ private:
         double waitNs = 0;
         double delayNs = 0;
         double descheduledNs = 0;
+        std::int64_t dropped = 0;
     };
 
     OpenRow *rowFor(int worker, std::uint32_t step);

@@ -56,7 +56,7 @@ const char *phaseName(Phase p)
     static const char *names[] = {"data",  "forward", "backward", "recompute",
                                   "wait",  "reduce",  "push",     "pull",
                                   "apply", "delay",   "eval",     "pause",
-                                  "copy",  "compute"};
+                                  "copy",  "compute",  "dropped"};
     static_assert(sizeof(names) / sizeof(names[0]) == std::size_t(Phase::Count));
     return p < Phase::Count ? names[std::size_t(p)] : "?";
 }
@@ -82,6 +82,7 @@ Lane defaultLane(Phase p)
     case Phase::Reduce:
     case Phase::Push:
     case Phase::Pull:
+    case Phase::Dropped:
         return Lane::Comm;
     default:
         return Lane::Compute;

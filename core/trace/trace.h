@@ -21,6 +21,9 @@ enum class Phase : std::uint8_t {
     Data, Forward, Backward, Recompute, Wait, Reduce, Push, Pull, Apply, Delay, Eval, Pause,
     Copy,    // imported traces: memory copies and sets on a GPU
     Compute, // imported traces: kernels outside any forward, backward or optimizer annotation
+    // Backup workers: this worker's gradient came after the first N - b and was not used.
+    // Appended, not inserted: codes are stored in run folders, and older runs keep theirs.
+    Dropped,
     Count    // at most 16: a phase is the low nibble of Record::code
 
 };
