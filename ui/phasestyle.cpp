@@ -50,10 +50,10 @@ const PhaseStyle &phaseStyle(Phase p)
         set(Phase::Compute, QColor(0x9A, 0xB8, 0xD6), "compute",
             "Imported trace: a GPU kernel or CPU operator outside any forward, backward or "
             "optimizer annotation.");
-        set(Phase::Dropped, QColor(0xD5, 0x5E, 0x00), "dropped",
+        set(Phase::Dropped, QColor(0xA5, 0x1C, 0x30), "dropped",
             "Backup workers: this gradient arrived after the first N - b of the step and was not "
             "used; the worker then applied the step's mean and went on from the fresh parameters.",
-            Qt::FDiagPattern);
+            Qt::DiagCrossPattern);
         // Delay is outlined so that an empty box reads as time added from outside.
         s[std::size_t(Phase::Delay)].outline = QPen(QColor(0xD5, 0x5E, 0x00), 1.5);
         s[std::size_t(Phase::Wait)].outline = QPen(QColor(0x60, 0x60, 0x60), 0);
