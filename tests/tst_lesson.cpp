@@ -70,6 +70,7 @@ private Q_SLOTS:
     void asyncComparesWithSync();
     void boundHoldsOrIsReported();
     void checkpointingComparesOnlyTheSameModel();
+    void backupWorkersComparesWithTheStraggler();
     void comparisonListsEveryRun();
     void stoppedRunSaysSo();
     void missingFieldsDoNotCrash_data();
@@ -277,6 +278,35 @@ void TestLesson::checkpointingComparesOnlyTheSameModel()
     QVERIFY2(t.contains(QStringLiteral("checkpointed too: no comparison")), qPrintable(t));
 }
 
+void TestLesson::backupWorkersComparesWithTheStraggler()
+{
+    const RunConfig c = presetConfig("backup-workers");
+    QCOMPARE(c.backupWorkers, 1);
+    json s = stragglerSyncSummary();
+    s["stall_fraction"] = 0.3104;
+    s["samples_per_s"] = 17020.4;
+    s["dropped_per_worker"] = {7, 2, 4, 180};
+    const LessonRun straggler{stragglerSyncSummary(), presetConfig("straggler-sync"), {}};
+    const QString t = backupWorkersFigures({s, c, {}}, &straggler);
+    QVERIFY2(t.contains(QStringLiteral("31% of their time</b>, against 57% with the same straggler")), qPrintable(t));
+    // 193 drops over 300 steps: 0.64 a step, of the 1 that b = 1 allows.
+    QVERIFY2(t.contains(QStringLiteral("Worker 3's gradient was dropped in 180 of 300 steps</b>; 193 dropped in all, ") +
+                        QLocale().toString(0.64, 'f', 2)), qPrintable(t));
+    QVERIFY2(t.contains(number(17020) + QStringLiteral(" samples/s against step 2's ") + number(14079)), qPrintable(t));
+    QVERIFY2(t.contains(QStringLiteral("averages 3 batches of %1, not 4").arg(c.batch)), qPrintable(t));
+
+    // Without a backup worker there is nothing to credit it with; another model is no comparison.
+    RunConfig plain = c;
+    plain.backupWorkers = 0;
+    QVERIFY2(backupWorkersFigures({s, plain, {}}, &straggler).contains(QStringLiteral("had no backup worker")),
+             qPrintable(backupWorkersFigures({s, plain, {}}, &straggler)));
+    RunConfig other = presetConfig("straggler-sync");
+    other.layers = {64, 128, 10};
+    const LessonRun unfair{stragglerSyncSummary(), other, {}};
+    const QString u = backupWorkersFigures({s, c, {}}, &unfair);
+    QVERIFY2(!u.contains(QStringLiteral("against 57%")) && u.contains(QStringLiteral("no comparison")), qPrintable(u));
+}
+
 void TestLesson::comparisonListsEveryRun()
 {
     const LessonRun base{baselineSummary(), presetConfig("default"), {}};
@@ -329,12 +359,13 @@ void TestLesson::missingFieldsDoNotCrash()
     const json s = json::parse(summary.toStdString());
     const LessonRun b{s, presetConfig("default"), {}}, ss{s, presetConfig("straggler-sync"), {}},
         sa{s, presetConfig("straggler-async"), {1.0}}, bs{s, presetConfig("bounded-staleness"), {}},
-        ck{s, presetConfig("checkpointing"), {}};
+        ck{s, presetConfig("checkpointing"), {}}, bw{s, presetConfig("backup-workers"), {}};
     const QStringList texts{baselineFigures(b),
                             stragglerSyncFigures(ss, &b),
                             stragglerAsyncFigures(sa, &ss, &b),
                             boundedStalenessFigures(bs, &bs, &sa),
                             checkpointingFigures(ck, &ck, &b),
+                            backupWorkersFigures(bw, &ss),
                             comparisonFigures({{QStringLiteral("a"), &b}, {QStringLiteral("b"), &ss}})};
     static const QRegularExpression notANumber(QStringLiteral("\\b(nan|inf)\\b"), QRegularExpression::CaseInsensitiveOption);
     for (const QString &t : texts)

@@ -28,6 +28,7 @@ private Q_SLOTS:
     void rangeSummaryIsPerRun();
     void checkingAnotherRunKeepsTheView();
     void legendListsEveryRunsPhases();
+    void legendReflowsWhenNarrowed();
     void cachedDrawingEqualsAFullDraw();
     void rendersAtScreenSizes_data();
     void rendersAtScreenSizes();
@@ -368,6 +369,27 @@ void TestTimelineStack::legendListsEveryRunsPhases()
     QCOMPARE(legendTexts(view), alone + 2); // pull and push
     view.setRun(async);
     QCOMPARE(legendTexts(view), alone);
+}
+
+void TestTimelineStack::legendReflowsWhenNarrowed()
+{
+    // Twelve entries (a sync run with backup workers) fit one row at 1900 px and not at 900:
+    // narrowing the view must wrap the entries already there, not squeeze their labels.
+    const auto run = synthRun(QStringLiteral("backup"), {{"workers", 4}, {"sync", {{"backup_workers", 1}}}}, 2, 10);
+    TimelineView view;
+    view.resize(1900, 500);
+    view.setRun(run);
+    view.replot();
+    const int wide = view.legend->columnCount();
+    view.resize(900, 500);
+    QResizeEvent resize(QSize(900, 500), QSize(1900, 500));
+    QCoreApplication::sendEvent(&view, &resize);
+    view.replot();
+    QVERIFY2(view.legend->columnCount() < wide, qPrintable(QStringLiteral("%1 columns").arg(view.legend->columnCount())));
+    for (int i = 0; i < view.legend->elementCount(); ++i)
+        if (QCPLayoutElement *item = view.legend->elementAt(i))
+            QVERIFY2(item->outerRect().width() >= item->minimumOuterSizeHint().width(),
+                     qPrintable(QStringLiteral("entry %1: %2 px for %3").arg(i).arg(item->outerRect().width()).arg(item->minimumOuterSizeHint().width())));
 }
 
 // Following a live run, the view slides by whole pixels and the plottable scrolls its image,

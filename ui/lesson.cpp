@@ -215,6 +215,8 @@ QString LessonPanel::figures(int step) const
         return html + boundedStalenessFigures(*r[step], v[Bounded], r[StragglerAsync]);
     case Checkpointing:
         return html + checkpointingFigures(*r[step], v[Checkpointing], r[Baseline]);
+    case BackupWorkers:
+        return html + backupWorkersFigures(*r[step], r[StragglerSync]);
     default:
         return html;
     }

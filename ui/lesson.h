@@ -32,7 +32,7 @@ LessonRun lessonRun(const RunData &run);
 
 // The steps, in order (indices of lessonSteps()).
 namespace lessonstep {
-enum : int { Baseline, StragglerSync, StragglerAsync, Bounded, Checkpointing, Comparison };
+enum : int { Baseline, StragglerSync, StragglerAsync, Bounded, Checkpointing, BackupWorkers, Comparison };
 }
 
 struct LessonStep {
@@ -58,6 +58,8 @@ QString boundedStalenessFigures(const LessonRun &run, const LessonRun *unbounded
 // plain: the same config without checkpointing (the step's variant); baseline: step 1's run.
 QString checkpointingFigures(const LessonRun &run, const LessonRun *plain = nullptr,
                              const LessonRun *baseline = nullptr);
+// syncStraggler: step 2's run, the same straggler with no backup worker.
+QString backupWorkersFigures(const LessonRun &run, const LessonRun *syncStraggler = nullptr);
 // One line per run (label, run), then what the throughputs say, where the runs allow it.
 QString comparisonFigures(const std::vector<std::pair<QString, const LessonRun *>> &runs);
 // Paragraphs as rich text (empty ones left out), and a run's "N steps in T s, R samples/s.".

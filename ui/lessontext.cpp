@@ -522,6 +522,53 @@ QString comparisonFigures(const std::vector<std::pair<QString, const LessonRun *
     return joined(p);
 }
 
+QString backupWorkersFigures(const LessonRun &run, const LessonRun *syncStraggler)
+{
+    const json &s = run.summary;
+    const RunConfig &c = run.config;
+    QStringList p{statusNote(s), runLine(s)};
+    if (c.backupWorkers <= 0 || c.async()) {
+        p << QObject::tr("This run had no backup worker (sync.backup_workers is 0 in its configuration): "
+                         "every step waited for all %1 workers.").arg(c.workers);
+        return joined(p << missingNote(p));
+    }
+    const bool fair = syncStraggler && syncStraggler->config.backupWorkers == 0 &&
+                      sameModel(c, syncStraggler->config) && syncStraggler->config.workers == c.workers;
+    if (const auto stall = num(s, "stall_fraction")) {
+        QString t = QObject::tr("The workers waited for <b>%1 of their time</b>").arg(pct(*stall));
+        if (const auto b = fair ? num(syncStraggler->summary, "stall_fraction") : std::nullopt)
+            t += QObject::tr(", against %1 with the same straggler and no backup worker (step 2)").arg(pct(*b));
+        p << t + QLatin1Char('.');
+    }
+    const std::vector<double> dropped = perWorker(s, "dropped_per_worker", c.workers);
+    const auto steps = num(s, "steps_completed");
+    if (!dropped.empty() && steps && *steps >= 1) {
+        const auto most = std::size_t(std::max_element(dropped.begin(), dropped.end()) - dropped.begin());
+        double total = 0;
+        for (double d : dropped)
+            total += d;
+        p << QObject::tr("<b>Worker %1's gradient was dropped in %2 of %3 steps</b>; %4 dropped in all, "
+                         "%5 per step as b = %6 allows.")
+                 .arg(most)
+                 .arg(QLocale().toString(qRound64(dropped[most])))
+                 .arg(QLocale().toString(qRound64(*steps)))
+                 .arg(QLocale().toString(qRound64(total)))
+                 .arg(fixed(total / *steps, 2))
+                 .arg(c.backupWorkers);
+    }
+    if (const auto r = num(s, "samples_per_s"), b = fair ? num(syncStraggler->summary, "samples_per_s") : std::nullopt;
+        r && b && *b > 0)
+        p << QObject::tr("It learned from %1 samples/s against step 2's %2, counting only the gradients "
+                         "used: each step averages %3 batches of %4, not %5.")
+                 .arg(rate(*r), rate(*b))
+                 .arg(c.workers - c.backupWorkers)
+                 .arg(c.batch)
+                 .arg(c.workers);
+    else if (syncStraggler && !fair)
+        p << QObject::tr("Step 2's run trained another model or worker count: no comparison.");
+    return joined(p << offCpuNote(s) << missingNote(p));
+}
+
 const std::vector<LessonStep> &lessonSteps()
 {
     static const std::vector<LessonStep> steps = [] {
@@ -557,6 +604,13 @@ const std::vector<LessonStep> &lessonSteps()
                                  "backward pass: the price. This model is not step 1's, so compare it with itself: "
                                  "run it again without checkpointing."),
                      QObject::tr("Run without checkpointing"), QStringLiteral("checkpointing off"), json{{"mode", "sync"}, {"model.checkpoint", false}}});
+        s.push_back({QStringLiteral("backup-workers"), QObject::tr("Backup workers"), QObject::tr("Backup workers: sync without waiting for the last"),
+                     QObject::tr("Step 2's straggler again, in sync, with one backup worker: each step applies the "
+                                 "mean of the first three gradients to arrive and drops the last. On the timeline, "
+                                 "look for worker 3's <b>dropped</b> spans (its late gradient, not used) and for the "
+                                 "others' <b>wait</b> spans shrinking; on the Stalls chart, the share of time lost "
+                                 "against step 2's. The price: each step learns from three batches, not four."),
+                     {}, {}, json::object()});
         s.push_back({QString(), QObject::tr("Compare the runs"), QObject::tr("Compare the runs"),
                      QObject::tr("All the runs side by side (Run &gt; Compare Runs): samples/s, the share of time "
                                  "spent waiting and off the CPU, staleness, memory and recompute, ready to copy as CSV "

@@ -138,6 +138,9 @@ void TimelineView::fitLegendToWidth(int width)
     const int columns = std::max(1, (room + legend->columnSpacing()) / (widest + legend->columnSpacing()));
     if (legend->wrap() != columns) {
         legend->setWrap(columns);
+        // setWrap alone places only entries added later: the present ones flow again here, or
+        // a narrowed window kept a row too wide for it and cut every label.
+        legend->setFillOrder(QCPLegend::foColumnsFirst, true);
         ++m_layoutGeneration;
         replot(QCustomPlot::rpQueuedReplot);
     }
