@@ -3,6 +3,7 @@
 // place, without crashing, stalling or allocating what the file merely claims. Inputs the
 // fuzzers in tests/fuzz found are kept here as regression cases.
 #include "config.h"
+#include "fuzz/fuzzfile.h"
 #include "data.h"
 #include "safetensors.h"
 #include "session.h"
@@ -28,21 +29,6 @@ std::string repeat(const std::string &s, int n)
     out.reserve(s.size() * std::size_t(n));
     for (int i = 0; i < n; ++i)
         out += s;
-    return out;
-}
-
-std::string gzip(const std::string &data, int level = Z_BEST_COMPRESSION)
-{
-    z_stream z{};
-    deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY); // 15 + 16: gzip wrapper
-    std::string out(deflateBound(&z, uLong(data.size())), '\0');
-    z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(data.data()));
-    z.avail_in = uInt(data.size());
-    z.next_out = reinterpret_cast<Bytef *>(out.data());
-    z.avail_out = uInt(out.size());
-    deflate(&z, Z_FINISH);
-    out.resize(z.total_out);
-    deflateEnd(&z);
     return out;
 }
 
@@ -248,20 +234,20 @@ void TestUntrusted::idxHeaders_data()
     const qulonglong limit = kMaxIdxBytes, big = 8ull << 30;
     const std::string past64 = idxHeader(0x0E, {k2to30, k2to30, k2to30, k2to30});
     QTest::newRow("dims past 2^64") << QByteArray::fromStdString(past64) << false << limit << QByteArray("dimensions 1073741824 x 1073741824 x 1073741824 x 1073741824 (bytes 4 to 19) of 64-bit floats describe more than 2^64 bytes");
-    QTest::newRow("dims past 2^64, gzip") << QByteArray::fromStdString(gzip(past64)) << true << limit << QByteArray("describe more than 2^64 bytes");
+    QTest::newRow("dims past 2^64, gzip") << QByteArray::fromStdString(fuzz::gzip(past64, Z_BEST_COMPRESSION)) << true << limit << QByteArray("describe more than 2^64 bytes");
     QTest::newRow("exactly 2^64") << QByteArray::fromStdString(idxHeader(0x08, {k2to30, k2to30, 16})) << false << limit << QByteArray("describe more than 2^64 bytes");
     const std::string fourGb = idxHeader(0x08, {4, k2to30}) + std::string(88, '\1'); // 100 bytes
     QTest::newRow("4 GB in 100 bytes") << QByteArray::fromStdString(fourGb) << false << limit << QByteArray("describe 4294967296 bytes to read, more than the limit of 1073741824");
     QTest::newRow("4 GB in 100 bytes, high limit") << QByteArray::fromStdString(fourGb) << false << big << QByteArray("truncated at byte 100 while reading the data the header describes (4294967208 more bytes expected");
     QTest::newRow("1 GB in 100 bytes") << QByteArray::fromStdString(idxHeader(0x08, {1, k2to30}) + std::string(88, '\1')) << false << limit << QByteArray("truncated at byte 100");
-    QTest::newRow("truncated gzip") << QByteArray::fromStdString(gzip(idxHeader(0x08, {4, 3, 2}) + std::string(20, '\7'))) << true << limit << QByteArray("truncated at byte 36");
+    QTest::newRow("truncated gzip") << QByteArray::fromStdString(fuzz::gzip(idxHeader(0x08, {4, 3, 2}) + std::string(20, '\7'), Z_BEST_COMPRESSION)) << true << limit << QByteArray("truncated at byte 36");
     std::string noise(100000, '\0');
     std::mt19937 rng(1);
     for (auto &c : noise)
         c = char(rng());
-    const std::string whole = gzip(idxHeader(0x08, {100, 1000}) + noise);
+    const std::string whole = fuzz::gzip(idxHeader(0x08, {100, 1000}) + noise, Z_BEST_COMPRESSION);
     QTest::newRow("gzip stream cut") << QByteArray::fromStdString(whole.substr(0, whole.size() / 2)) << true << limit << QByteArray("truncated at byte");
-    const std::string bomb = gzip(idxHeader(0x08, {4, k2to30}) + std::string(1 << 20, '\0'));
+    const std::string bomb = fuzz::gzip(idxHeader(0x08, {4, k2to30}) + std::string(1 << 20, '\0'), Z_BEST_COMPRESSION);
     QTest::newRow("gzip bomb, over the limit") << QByteArray::fromStdString(bomb) << true << limit << QByteArray("describe 4294967296 bytes to read, more than the limit");
     QTest::newRow("gzip bomb, high limit") << QByteArray::fromStdString(bomb) << true << big << QByteArray("describe 4294967296 bytes, more than a gzip file of " + QByteArray::number(qulonglong(bomb.size())) + " bytes can hold");
 }
@@ -289,7 +275,7 @@ void TestUntrusted::gzipReadsOnlyWhatIsThere()
     std::mt19937 rng(2);
     for (auto &c : noise)
         c = char(rng());
-    const std::string path = file(gzip(idxHeader(0x08, {4, k2to30}) + noise, 1), ".idx.gz");
+    const std::string path = file(fuzz::gzip(idxHeader(0x08, {4, k2to30}) + noise, 1), ".idx.gz");
     const long rss = peakRssMb();
     expectError<DataError>([&] { readIdx(path, 0, 8ull << 30); }, path,
                            "truncated at byte " + QByteArray::number(qulonglong(noise.size() + 12)));

@@ -65,15 +65,20 @@ private:
     // Waits at the barrier from t0 and records it; t0 becomes the span's end.
     bool barrierWait(WorkerState &w, std::uint32_t step, std::int64_t &t0)
     {
-        // The wait span's value: how long after the barrier opened this worker resumed, time
-        // it could have run but the OS did not run it.
         std::int64_t released = 0;
         const bool open = m_group->arrive(w.local, t0, &released);
-        const std::int64_t t1 = w.rec.now();
-        w.rec.span(Phase::Wait, step, t0, t1,
-                   open ? double(t1 - std::clamp(released, t0, t1)) : 0.0);
-        t0 = t1;
+        recordWait(w, Phase::Wait, step, t0, open, released);
         return open;
+    }
+
+    // A wait from t0 to now, t0 becoming its end. A Wait span's value: how long after the
+    // worker could go on (released, when open) it ran again, time the OS did not run it.
+    static void recordWait(WorkerState &w, Phase p, std::uint32_t step, std::int64_t &t0, bool open,
+                           std::int64_t released)
+    {
+        const std::int64_t t1 = w.rec.now();
+        w.rec.span(p, step, t0, t1, open && p == Phase::Wait ? double(t1 - std::clamp(released, t0, t1)) : 0.0);
+        t0 = t1;
     }
 
     void step(WorkerState &w, std::int64_t step)
@@ -139,14 +144,11 @@ private:
             std::int64_t t0 = w.rec.now();
             std::int64_t released = 0;
             const BackupSyncGroup::Arrival a = m_backup->arrive(w.local, round, t0, &released);
-            std::int64_t t1 = w.rec.now();
             if (!a.open || a.contributes) {
-                // As at the barrier: how long after the round filled this worker resumed.
-                w.rec.span(Phase::Wait, s32, t0, t1,
-                           a.open ? double(t1 - std::clamp(released, t0, t1)) : 0.0);
+                // As at the barrier: released is when the round filled.
+                recordWait(w, Phase::Wait, s32, t0, a.open, released);
                 if (!a.open)
                     return;
-                t0 = t1;
                 e.enter(w, Phase::Reduce, round);
                 const std::size_t moved = m_backup->reduce(w.local, round);
                 t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(moved));
@@ -179,11 +181,10 @@ private:
     {
         std::int64_t ready = 0;
         const bool open = m_backup->waitMean(round, &ready);
-        const std::int64_t t1 = w.rec.now();
         if (!onlyIfWaited || !open || ready > t0)
-            w.rec.span(p, std::uint32_t(round), t0, t1,
-                       open && p == Phase::Wait ? double(t1 - std::clamp(ready, t0, t1)) : 0.0);
-        t0 = t1;
+            recordWait(w, p, std::uint32_t(round), t0, open, ready);
+        else
+            t0 = w.rec.now();
         return open;
     }
 

@@ -30,11 +30,12 @@ inline void writeFile(const std::string &path, std::string_view bytes)
         .write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-// A gzip member of data, with a small window (fast): inputs for the readers of .gz files.
-inline std::string gzip(std::string_view data)
+// A gzip member of data, with a small window (fast): inputs for the readers of .gz files, for
+// the fuzz targets and tst_untrusted alike.
+inline std::string gzip(std::string_view data, int level = 6)
 {
     z_stream z{};
-    deflateInit2(&z, 6, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY); // 16: the gzip wrapper
+    deflateInit2(&z, level, Z_DEFLATED, 9 + 16, 1, Z_DEFAULT_STRATEGY); // 16: the gzip wrapper
     std::string out(deflateBound(&z, uLong(data.size())), '\0');
     z.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(data.data()));
     z.avail_in = uInt(data.size());
