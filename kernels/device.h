@@ -89,6 +89,34 @@ public:
     virtual double meanSquaredError(const float *pred, const float *target, std::size_t n,
                                     float *dPred) = 0;
 
+    // Batch normalisation over the rows of x [rows, cols], one channel per column, split in
+    // steps so that a model can all-reduce the per-channel sums between them (sync BN). The
+    // channel sums themselves are biasGrad(x). Per-channel arrays have cols floats.
+    // sq[c] = sum_r (x[r,c] - sum[c] * invCount)^2: the variance in two passes, no cancellation.
+    virtual void batchNormCenteredSquares(const float *x, const float *sum, float invCount,
+                                          int rows, int cols, float *sq) = 0;
+    // From the sums over count rows: mean = sum / count, invstd = 1 / sqrt(sq / count + eps)
+    // (the biased variance, as torch.nn.BatchNorm1d normalises). Unless runningMean is null,
+    // also running = (1 - momentum) * running + momentum * batch, with the unbiased variance
+    // sq / (count - 1) for runningVar (count > 1).
+    virtual void batchNormStatistics(const float *sum, const float *sq, double count, float eps,
+                                     float momentum, int cols, float *mean, float *invstd,
+                                     float *runningMean, float *runningVar) = 0;
+    // y = gamma * xhat + beta with xhat = (x - mean) * invstd; xhat is written unless null.
+    // x may be xhat or y (in place).
+    virtual void batchNormForward(const float *x, const float *mean, const float *invstd,
+                                  const float *gamma, const float *beta, int rows, int cols,
+                                  float *xhat, float *y) = 0;
+    // sums[c] = sum_r dy[r,c] * xhat[r,c] (gamma's gradient), sums[cols + c] = sum_r dy[r,c]
+    // (beta's): the order of gamma and beta in a model's parameters.
+    virtual void batchNormBackwardSums(const float *dy, const float *xhat, int rows, int cols,
+                                       float *sums) = 0;
+    // dx = gamma * invstd * (dy - sums[cols + c] * invCount - xhat * sums[c] * invCount), with
+    // sums over every row normalised together (invCount = 1 / their number); dx may be dy.
+    virtual void batchNormBackward(const float *dy, const float *xhat, const float *invstd,
+                                   const float *gamma, const float *sums, float invCount,
+                                   int rows, int cols, float *dx) = 0;
+
     // Optimizer updates, PyTorch torch.optim semantics (no weight decay, no dampening).
     virtual void sgdStep(float *param, const float *grad, float lr, std::size_t n) = 0;
     // buf = momentum * buf + grad; param -= lr * buf

@@ -1,8 +1,11 @@
 // IDX files (raw and gzip, every element type, good and broken), widths read off the files,
 // the batch sampler and the synthetic sources.
 #include "data.h"
+#include "pipeline.h"
 #include "random.h"
 #include "session.h"
+
+#include <tbb/task_arena.h>
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <thread>
 
 using namespace syncopate;
 
@@ -36,6 +40,11 @@ private Q_SLOTS:
     void permutationIsABijection();
     void syntheticSourcesAreSeeded();
     void fashionMnist();
+    void pipelineGivesEachStepItsBatch_data();
+    void pipelineGivesEachStepItsBatch();
+    void pipelineSkipsAhead();
+    void pipelineStopsAWaitingStep();
+    void prefetchDepthIsRead();
 
 private:
     QString path(const char *name) const { return m_dir.filePath(QString::fromLatin1(name)); }
@@ -367,6 +376,125 @@ void TestData::fashionMnist()
     QCOMPARE(d->outputs, 10);
     const auto eval = loadEvalData(c);
     QCOMPARE(eval->samples, std::int64_t(1000));
+}
+
+// The batch of (step, worker) assembled directly, to compare a pipeline's against.
+static std::vector<float> directBatch(const Dataset &d, const BatchSampler &s, std::int64_t step,
+                                      int worker, int rows)
+{
+    std::vector<float> x(std::size_t(rows) * d.features), y;
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+    gatherBatch(d, s, step, worker, rows, x.data(), labels.data(), y.data());
+    for (std::int32_t l : labels) // one vector to compare: the rows, then their labels
+        x.push_back(float(l));
+    return x;
+}
+
+static std::vector<float> pipelineBatch(const BatchBuffers &b)
+{
+    std::vector<float> x = b.x;
+    for (std::int32_t l : b.labels)
+        x.push_back(float(l));
+    return x;
+}
+
+void TestData::pipelineGivesEachStepItsBatch_data()
+{
+    QTest::addColumn<int>("depth");
+    QTest::addColumn<double>("costUs");
+    QTest::newRow("off") << 0 << 0.0;
+    QTest::newRow("depth 1") << 1 << 0.0;
+    QTest::newRow("depth 3") << 3 << 0.0;
+    QTest::newRow("depth 2, costly samples") << 2 << 20.0;
+}
+
+// Whatever the depth and however far the producer has run ahead, step s gets the batch of
+// step s (the same rows and labels as assembling it directly), in shuffled epochs too.
+void TestData::pipelineGivesEachStepItsBatch()
+{
+    QFETCH(int, depth);
+    QFETCH(double, costUs);
+    const RunConfig c = parseConfig({{"data.source", "blobs"}, {"data.samples", 100}});
+    const auto data = loadTrainingData(c);
+    const BatchSampler sampler(data->samples, 2, 16, true, 7);
+    RunClock clock;
+    std::atomic<bool> stop{false};
+    InputPipeline pipe(*data, sampler, 1, 16, depth, costUs, clock, stop);
+    QCOMPARE(pipe.depth(), tbb::this_task_arena::max_concurrency() > 1 ? depth : 0);
+    for (std::int64_t step = 0; step < 20; ++step) {
+        const InputPipeline::Batch b = pipe.acquire(step);
+        QVERIFY(b.buffers);
+        QVERIFY(b.waitTo >= b.waitFrom);
+        QCOMPARE(pipelineBatch(*b.buffers), directBatch(*data, sampler, step, 1, 16));
+        if (pipe.depth() > 0) { // assembled in the background, before the step could take it
+            QVERIFY(b.buffers->gatheredTo >= b.buffers->gatheredFrom);
+            QVERIFY(b.buffers->gatheredTo <= (b.waited() ? b.waitTo : clock.now()));
+        }
+        if (costUs > 0) // 16 samples at 20 us: at least 320 us of preparation
+            QVERIFY(b.buffers->gatheredTo - b.buffers->gatheredFrom >= 320000);
+    }
+    pipe.close();
+    pipe.close(); // idempotent
+}
+
+// A worker that skips steps (backup workers catch up) gets the batch of the step it asks for.
+void TestData::pipelineSkipsAhead()
+{
+    const RunConfig c = parseConfig({{"data.source", "blobs"}, {"data.samples", 64}});
+    const auto data = loadTrainingData(c);
+    const BatchSampler sampler(data->samples, 1, 8, true, 3);
+    RunClock clock;
+    std::atomic<bool> stop{false};
+    InputPipeline pipe(*data, sampler, 0, 8, 2, 0, clock, stop);
+    for (std::int64_t step : {0, 1, 5, 6, 7, 12, 30, 31}) {
+        const InputPipeline::Batch b = pipe.acquire(step);
+        QVERIFY(b.buffers);
+        QCOMPARE(pipelineBatch(*b.buffers), directBatch(*data, sampler, step, 0, 8));
+    }
+}
+
+// A stop while a step waits for a batch that takes long to prepare returns the step at once
+// without a batch, whether the stop comes before or while it waits.
+void TestData::pipelineStopsAWaitingStep()
+{
+    const RunConfig c = parseConfig({{"data.source", "blobs"}, {"data.samples", 64}});
+    const auto data = loadTrainingData(c);
+    const BatchSampler sampler(data->samples, 1, 8, true, 3);
+    RunClock clock;
+    for (bool before : {true, false}) {
+        std::atomic<bool> stop{before};
+        // 8 samples at 100 s each: the batch would take 800 s.
+        InputPipeline pipe(*data, sampler, 0, 8, 1, 1e8, clock, stop);
+        std::thread stopper;
+        if (!before)
+            stopper = std::thread([&] { stop.store(true); });
+        const InputPipeline::Batch b = pipe.acquire(0);
+        if (stopper.joinable())
+            stopper.join();
+        QVERIFY(!b.buffers);
+        pipe.close();
+    }
+}
+
+// data.prefetch is a depth now; the switch of older configurations and run folders still reads.
+void TestData::prefetchDepthIsRead()
+{
+    QCOMPARE(parseConfig({{"data.prefetch", 4}}).prefetch, 4);
+    QCOMPARE(parseConfig({{"data", {{"prefetch", true}}}}).prefetch, 1);
+    QCOMPARE(parseConfig({{"data.prefetch", false}}).prefetch, 0);
+    QCOMPARE(parseConfig(nlohmann::json::object()).prefetch, 1);
+    QCOMPARE(parseConfig({{"data.cost_us", 12.5}}).costUs, 12.5);
+    for (const nlohmann::json &bad : {nlohmann::json{{"data.prefetch", -1}},
+                                      nlohmann::json{{"data.prefetch", 65}},
+                                      nlohmann::json{{"data.prefetch", 1.5}},
+                                      nlohmann::json{{"data.cost_us", -3}}}) {
+        try {
+            parseConfig(bad);
+            QFAIL(qPrintable(QString::fromStdString("accepted " + bad.dump())));
+        } catch (const ConfigError &e) {
+            QVERIFY2(std::string(e.what()).find(bad.begin().key()) != std::string::npos, e.what());
+        }
+    }
 }
 
 QTEST_APPLESS_MAIN(TestData)

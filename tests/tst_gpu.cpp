@@ -26,6 +26,8 @@ private Q_SLOTS:
     void optimizers_data();
     void optimizers();
     void reductions();
+    void batchNorm();
+    void batchNormModel();
     void copiesBetweenWorkers();
     void badLabelIsAnError();
     void outOfMemoryNamesTheBytes();
@@ -314,6 +316,95 @@ void TestGpu::reductions()
     v[n - 1] = std::numeric_limits<float>::infinity();
     g->upload(gv.data(), v.data(), n);
     QVERIFY(!g->allFinite(gv.data(), n));
+}
+
+void TestGpu::batchNorm()
+{
+    // Every batch-norm step against the CPU backend, with more rows than a block's row groups
+    // and more columns than one block.
+    auto g = gpu();
+    const int rows = 45, cols = 70;
+    const std::size_t n = std::size_t(rows) * cols;
+    const auto x = randomVector(n, 21, 2.0f), dy = randomVector(n, 22);
+    const auto gamma = randomVector(cols, 23), beta = randomVector(cols, 24);
+    Mirror cx(m_cpu, x), gx(*g, x), cgm(m_cpu, gamma), ggm(*g, gamma), cbt(m_cpu, beta), gbt(*g, beta);
+    auto both = [&](std::size_t size, float value = 0.0f) {
+        return std::make_pair(std::make_unique<Mirror>(m_cpu, std::vector<float>(size, value)),
+                              std::make_unique<Mirror>(*g, std::vector<float>(size, value)));
+    };
+    auto [csum, gsum] = both(cols);
+    auto [csq, gsq] = both(cols);
+    auto [cmean, gmean] = both(cols);
+    auto [cinv, ginv] = both(cols);
+    auto [crm, grm] = both(cols, 0.5f);
+    auto [crv, grv] = both(cols, 2.0f);
+    m_cpu.biasGrad(cx.data(), csum->data(), rows, cols);
+    g->biasGrad(gx.data(), gsum->data(), rows, cols);
+    m_cpu.batchNormCenteredSquares(cx.data(), csum->data(), 1.0f / rows, rows, cols, csq->data());
+    g->batchNormCenteredSquares(gx.data(), gsum->data(), 1.0f / rows, rows, cols, gsq->data());
+    expectClose(gsq->read(), csq->read(), 1e-4, 1e-5, "batchNormCenteredSquares");
+    m_cpu.batchNormStatistics(csum->data(), csq->data(), rows, 1e-5f, 0.1f, cols, cmean->data(),
+                              cinv->data(), crm->data(), crv->data());
+    g->batchNormStatistics(gsum->data(), gsq->data(), rows, 1e-5f, 0.1f, cols, gmean->data(),
+                           ginv->data(), grm->data(), grv->data());
+    expectClose(gmean->read(), cmean->read(), 1e-6, 1e-5, "batch mean");
+    expectClose(ginv->read(), cinv->read(), 1e-6, 1e-5, "batch 1/std");
+    expectClose(grm->read(), crm->read(), 1e-6, 1e-5, "running mean");
+    expectClose(grv->read(), crv->read(), 1e-6, 1e-5, "running variance");
+
+    auto [cxh, gxh] = both(n);
+    auto [cy, gy] = both(n);
+    m_cpu.batchNormForward(cx.data(), cmean->data(), cinv->data(), cgm.data(), cbt.data(), rows,
+                           cols, cxh->data(), cy->data());
+    g->batchNormForward(gx.data(), gmean->data(), ginv->data(), ggm.data(), gbt.data(), rows, cols,
+                        gxh->data(), gy->data());
+    expectClose(gxh->read(), cxh->read(), 1e-5, 1e-5, "x-hat");
+    expectClose(gy->read(), cy->read(), 1e-5, 1e-5, "batch norm forward");
+
+    Mirror cdy(m_cpu, dy), gdy(*g, dy);
+    auto [csums, gsums] = both(2 * std::size_t(cols));
+    m_cpu.batchNormBackwardSums(cdy.data(), cxh->data(), rows, cols, csums->data());
+    g->batchNormBackwardSums(gdy.data(), gxh->data(), rows, cols, gsums->data());
+    expectClose(gsums->read(), csums->read(), 1e-4, 1e-5, "batch norm backward sums");
+    m_cpu.batchNormBackward(cdy.data(), cxh->data(), cinv->data(), cgm.data(), csums->data(),
+                            1.0f / rows, rows, cols, cdy.data());
+    g->batchNormBackward(gdy.data(), gxh->data(), ginv->data(), ggm.data(), gsums->data(),
+                         1.0f / rows, rows, cols, gdy.data());
+    expectClose(gdy.read(), cdy.read(), 1e-4, 1e-4, "batch norm backward");
+}
+
+void TestGpu::batchNormModel()
+{
+    // A batch-normalised, checkpointed model: loss, gradients, running statistics and an
+    // evaluation by them, on the GPU and on the CPU.
+    ModelSpec spec{{12, 32, 32, 32, 4}, Activation::Gelu, true, 2};
+    spec.batchNorm = true;
+    const int batch = 16;
+    auto g = gpu();
+    Model cm(m_cpu, spec, batch), gm(*g, spec, batch);
+    const auto params = Model::initialParams(spec, 5);
+    cm.setParams(params);
+    gm.setParams(params);
+    const auto x = randomVector(std::size_t(batch) * 12, 31);
+    std::vector<std::int32_t> labels(batch);
+    for (int r = 0; r < batch; ++r)
+        labels[std::size_t(r)] = r % 4;
+    Mirror gx(*g, x);
+    DeviceBuffer gl(*g, std::size_t(batch));
+    g->uploadBytes(gl.data(), labels.data(), labels.size() * sizeof(std::int32_t));
+    const auto *glabels = reinterpret_cast<const std::int32_t *>(gl.data());
+    for (int step = 0; step < 2; ++step) {
+        const double cl = cm.forwardLoss(x.data(), labels.data(), nullptr, nullptr, 0);
+        const double gloss = gm.forwardLoss(gx.data(), glabels, nullptr, nullptr, 0);
+        QVERIFY(std::abs(cl - gloss) <= 1e-4 * std::abs(cl));
+        cm.backward(nullptr, 0);
+        gm.backward(nullptr, 0);
+    }
+    expectClose(gm.gradsToHost(), cm.gradsToHost(), 1e-4, 1e-3, "gradients");
+    expectClose(gm.runningStatsToHost(), cm.runningStatsToHost(), 1e-5, 1e-4, "running statistics");
+    const EvalResult ce = cm.evaluate(x.data(), labels.data(), nullptr, batch);
+    const EvalResult ge = gm.evaluate(x.data(), labels.data(), nullptr, batch);
+    QVERIFY(std::abs(ce.loss - ge.loss) <= 1e-4 * std::abs(ce.loss));
 }
 
 void TestGpu::copiesBetweenWorkers()

@@ -166,7 +166,10 @@ void TestHotPath::stepsAllocateNothing_data()
 {
     QTest::addColumn<QByteArray>("config");
     QTest::newRow("sync") << QByteArray(R"({"mode": "sync"})");
-    QTest::newRow("sync, prefetch off") << QByteArray(R"({"mode": "sync", "data.prefetch": false})");
+    QTest::newRow("sync, prefetch off") << QByteArray(R"({"mode": "sync", "data.prefetch": 0})");
+    QTest::newRow("sync, prefetch 3, costly input")
+        << QByteArray(R"({"mode": "sync", "data.prefetch": 3, "data.cost_us": 5})");
+    QTest::newRow("async, prefetch 2") << QByteArray(R"({"mode": "async", "data.prefetch": 2})");
     QTest::newRow("checkpointed") << QByteArray(R"({"mode": "checkpointed", "model.layers": [16, 32, 32, 32, 32, 4]})");
     QTest::newRow("async") << QByteArray(R"({"mode": "async"})");
     QTest::newRow("async, staleness bound") << QByteArray(R"({"mode": "async", "async.max_staleness": 1})");

@@ -71,6 +71,7 @@ private Q_SLOTS:
     void boundHoldsOrIsReported();
     void checkpointingComparesOnlyTheSameModel();
     void backupWorkersComparesWithTheStraggler();
+    void inputBoundComparesWithoutPrefetch();
     void comparisonListsEveryRun();
     void stoppedRunSaysSo();
     void missingFieldsDoNotCrash_data();
@@ -307,6 +308,42 @@ void TestLesson::backupWorkersComparesWithTheStraggler()
     QVERIFY2(!u.contains(QStringLiteral("against 57%")) && u.contains(QStringLiteral("no comparison")), qPrintable(u));
 }
 
+void TestLesson::inputBoundComparesWithoutPrefetch()
+{
+    const RunConfig c = presetConfig("input-bound");
+    QCOMPARE(c.prefetch, 2);
+    QVERIFY(c.costUs > 0);
+    const json s = {{"status", "finished"}, {"steps_completed", 200}, {"wall_s", 0.538},
+                    {"samples_per_s", 23785.2}, {"input_wait_fraction", 0.399}, {"descheduled_fraction", 0.016}};
+    RunConfig off = c;
+    off.prefetch = 0;
+    const LessonRun plain{{{"status", "finished"}, {"steps_completed", 200}, {"wall_s", 0.813},
+                           {"samples_per_s", 15754.0}, {"input_wait_fraction", 0.0}},
+                          off, {}};
+    QString t = inputBoundFigures({s, c, {}}, &plain);
+    QVERIFY2(t.contains(QStringLiteral("still waited for their data 40% of the time</b>")), qPrintable(t));
+    QVERIFY2(t.contains(QStringLiteral("gave ") + number(23785) + QStringLiteral(" samples/s against ") + number(15754) +
+                        QStringLiteral(" without it</b> (") + QLocale().toString(1.51, 'f', 2) + QStringLiteral("x)")),
+             qPrintable(t));
+    // 64 samples at 40 us: 2.6 ms a batch.
+    QVERIFY2(t.contains(QStringLiteral("cost 2.6 ms of preparation")), qPrintable(t));
+
+    // Slower with prefetch: said plainly, not claimed as a gain.
+    json slow = s;
+    slow["samples_per_s"] = 12000.0;
+    t = inputBoundFigures({slow, c, {}}, &plain);
+    QVERIFY2(t.contains(QStringLiteral("no gain on this machine")), qPrintable(t));
+    // A pipeline that kept up; a second run that changed more than the prefetch.
+    json kept = s;
+    kept["input_wait_fraction"] = 0.01;
+    QVERIFY2(inputBoundFigures({kept, c, {}}).contains(QStringLiteral("not input-bound")), "kept up");
+    RunConfig other = off;
+    other.costUs = 5;
+    const LessonRun unfair{plain.summary, other, {}};
+    t = inputBoundFigures({s, c, {}}, &unfair);
+    QVERIFY2(t.contains(QStringLiteral("no comparison")) && !t.contains(number(15754)), qPrintable(t));
+}
+
 void TestLesson::comparisonListsEveryRun()
 {
     const LessonRun base{baselineSummary(), presetConfig("default"), {}};
@@ -359,13 +396,15 @@ void TestLesson::missingFieldsDoNotCrash()
     const json s = json::parse(summary.toStdString());
     const LessonRun b{s, presetConfig("default"), {}}, ss{s, presetConfig("straggler-sync"), {}},
         sa{s, presetConfig("straggler-async"), {1.0}}, bs{s, presetConfig("bounded-staleness"), {}},
-        ck{s, presetConfig("checkpointing"), {}}, bw{s, presetConfig("backup-workers"), {}};
+        ck{s, presetConfig("checkpointing"), {}}, bw{s, presetConfig("backup-workers"), {}},
+        ib{s, presetConfig("input-bound"), {}};
     const QStringList texts{baselineFigures(b),
                             stragglerSyncFigures(ss, &b),
                             stragglerAsyncFigures(sa, &ss, &b),
                             boundedStalenessFigures(bs, &bs, &sa),
                             checkpointingFigures(ck, &ck, &b),
                             backupWorkersFigures(bw, &ss),
+                            inputBoundFigures(ib, &ib),
                             comparisonFigures({{QStringLiteral("a"), &b}, {QStringLiteral("b"), &ss}})};
     static const QRegularExpression notANumber(QStringLiteral("\\b(nan|inf)\\b"), QRegularExpression::CaseInsensitiveOption);
     for (const QString &t : texts)

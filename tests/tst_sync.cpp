@@ -18,6 +18,8 @@ private Q_SLOTS:
     void lossFalls();
     void shardedEvaluationEqualsWholeEvaluation_data();
     void shardedEvaluationEqualsWholeEvaluation();
+    void prefetchDepthKeepsTheRun();
+    void inputBoundStepsWaitForData();
 };
 
 static json small(int workers, int batch, const char *optimizer, bool shuffle)
@@ -177,6 +179,56 @@ void TestSync::shardedEvaluationEqualsWholeEvaluation()
             ++evalSpans[r.worker];
     for (int w = 0; w < workers; ++w)
         QVERIFY2(evalSpans[std::size_t(w)] == 1, qPrintable(QStringLiteral("worker %1").arg(w)));
+}
+
+// The input pipeline's depth and cost change when batches are made, never which: the trained
+// parameters are the same bit for bit.
+void TestSync::prefetchDepthKeepsTheRun()
+{
+    json c = small(2, 8, "momentum", true);
+    c["data"]["prefetch"] = 0;
+    const auto reference = runToEnd(c)->finalParams();
+    for (int depth : {1, 3}) {
+        c["data"]["prefetch"] = depth;
+        c["data"]["cost_us"] = depth == 3 ? 10 : 0;
+        auto e = runToEnd(c);
+        QCOMPARE(e->state(), RunState::Finished);
+        QCOMPARE(e->finalParams(), reference);
+    }
+}
+
+// A batch that takes far longer to prepare (8 samples x 4 ms) than to compute: the steps after
+// the first find it not ready and wait for it, recorded as input waits, not barrier stalls;
+// the batches themselves are assembled on the data lane.
+void TestSync::inputBoundStepsWaitForData()
+{
+    json c = small(1, 8, "sgd", false);
+    c["train"]["steps"] = 6;
+    c["data"]["prefetch"] = 1;
+    c["data"]["cost_us"] = 4000;
+    auto e = runToEnd(c);
+    QCOMPARE(e->state(), RunState::Finished);
+    std::int64_t waited = 0, gathered = 0;
+    int dataLane = 0;
+    for (const auto &r : e->events().all()) {
+        if (!r.isSpan())
+            continue;
+        if (r.phase() == Phase::InputWait) {
+            QCOMPARE(r.lane(), Lane::Compute);
+            QVERIFY(!r.isStall());
+            waited += r.duration();
+        }
+        if (r.phase() == Phase::Data && r.lane() == Lane::Data) {
+            ++dataLane;
+            gathered += r.duration();
+            QVERIFY2(r.duration() >= 32000000, "8 samples at 4 ms each take 32 ms at least");
+        }
+    }
+    QCOMPARE(dataLane, 6);
+    // Six batches of 32 ms each were made while the steps took microseconds: the steps waited
+    // for nearly all of it (all but the first batch's head start, less than one batch).
+    QVERIFY2(waited >= gathered - 2 * 40000000,
+             qPrintable(QStringLiteral("waited %1 ms of %2 ms gathered").arg(waited / 1e6).arg(gathered / 1e6)));
 }
 
 QTEST_APPLESS_MAIN(TestSync)

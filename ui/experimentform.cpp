@@ -176,6 +176,7 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     auto *every = intSpin(0, 65536);
     every->setSpecialValueText(tr("sqrt(layers)"));
     addField(model, "model.checkpoint_every", every, tr("Segment length"));
+    addField(model, "model.batchnorm", enumCombo("model.batchnorm"), tr("Batch norm"));
 
     QFormLayout *data = group(tr("Data"));
     addField(data, "data.source", enumCombo("data.source"), tr("Source"));
@@ -185,7 +186,16 @@ ExperimentForm::ExperimentForm(QWidget *parent) : QWidget(parent)
     samples->setSpecialValueText(tr("default"));
     addField(data, "data.samples", samples, tr("Samples"));
     addField(data, "data.shuffle", new QCheckBox(tr("new order each epoch")), tr("Shuffle"));
-    addField(data, "data.prefetch", new QCheckBox(tr("overlap with compute")), tr("Prefetch"));
+    auto *prefetch = intSpin(0, 64);
+    prefetch->setSpecialValueText(tr("off"));
+    prefetch->setSuffix(tr(" batches ahead"));
+    addField(data, "data.prefetch", prefetch, tr("Prefetch"));
+    auto *cost = new QDoubleSpinBox;
+    cost->setRange(0, 1e6);
+    cost->setDecimals(1);
+    cost->setSuffix(tr(" µs per sample"));
+    cost->setSpecialValueText(tr("none"));
+    addField(data, "data.cost_us", cost, tr("Preparation cost"));
 
     QFormLayout *train = group(tr("Training"));
     addField(train, "train.steps", intSpin(1, 100000000), tr("Steps"));

@@ -217,6 +217,8 @@ QString LessonPanel::figures(int step) const
         return html + checkpointingFigures(*r[step], v[Checkpointing], r[Baseline]);
     case BackupWorkers:
         return html + backupWorkersFigures(*r[step], r[StragglerSync]);
+    case InputBound:
+        return html + inputBoundFigures(*r[step], v[InputBound]);
     default:
         return html;
     }

@@ -569,6 +569,52 @@ QString backupWorkersFigures(const LessonRun &run, const LessonRun *syncStraggle
     return joined(p << offCpuNote(s) << missingNote(p));
 }
 
+QString inputBoundFigures(const LessonRun &run, const LessonRun *noPrefetch)
+{
+    const json &s = run.summary;
+    const RunConfig &c = run.config;
+    QStringList p{statusNote(s), runLine(s)};
+    if (c.costUs <= 0)
+        p << QObject::tr("This run prepared its samples at no extra cost (data.cost_us is 0): it was not made "
+                         "input-bound.");
+    else
+        p << QObject::tr("Each batch of %1 cost %2 of preparation (%3 µs a sample) on top of the copying.")
+                 .arg(c.batch)
+                 .arg(ms(c.costUs * c.batch / 1000.0))
+                 .arg(fixed(c.costUs, c.costUs < 10 ? 1 : 0));
+    const auto wait = num(s, "input_wait_fraction");
+    if (c.prefetch > 0 && wait)
+        p << (*wait >= 0.05
+                  ? QObject::tr("With %1 batches prefetched, <b>the steps still waited for their data %2 of the time</b>: "
+                                "the pipeline makes batches more slowly than the worker uses them, so the run is "
+                                "input-bound.")
+                        .arg(c.prefetch)
+                        .arg(pct(*wait))
+                  : QObject::tr("With %1 batches prefetched the steps waited for their data only %2 of the time: the "
+                                "pipeline kept up, so this run was not input-bound.")
+                        .arg(c.prefetch)
+                        .arg(pct(*wait)));
+    else if (c.prefetch == 0)
+        p << QObject::tr("This run did not prefetch (data.prefetch is 0): each step prepared its own batch inside "
+                         "its data span.");
+    const bool fair = noPrefetch && noPrefetch->config.prefetch == 0 && c.prefetch > 0 &&
+                      sameModel(c, noPrefetch->config) && noPrefetch->config.workers == c.workers &&
+                      noPrefetch->config.costUs == c.costUs;
+    if (const auto r = num(s, "samples_per_s"), b = fair ? num(noPrefetch->summary, "samples_per_s") : std::nullopt;
+        r && b && *b > 0) {
+        p << (*r > *b
+                  ? QObject::tr("<b>Prefetching gave %1 samples/s against %2 without it</b> (%3x): preparation "
+                                "overlapped compute, so a step cost the larger of the two rather than their sum.")
+                        .arg(rate(*r), rate(*b), fixed(*r / *b, 2))
+                  : QObject::tr("Prefetching gave %1 samples/s against %2 without it: no gain on this machine, where "
+                                "the pipeline had no free core to run beside the worker.")
+                        .arg(rate(*r), rate(*b)));
+    } else if (noPrefetch && !fair) {
+        p << QObject::tr("The second run differs in more than data.prefetch: no comparison.");
+    }
+    return joined(p << offCpuNote(s) << missingNote(p));
+}
+
 const std::vector<LessonStep> &lessonSteps()
 {
     static const std::vector<LessonStep> steps = [] {
@@ -611,6 +657,13 @@ const std::vector<LessonStep> &lessonSteps()
                                  "others' <b>wait</b> spans shrinking; on the Stalls chart, the share of time lost "
                                  "against step 2's. The price: each step learns from three batches, not four."),
                      {}, {}, json::object()});
+        s.push_back({QStringLiteral("input-bound"), QObject::tr("Input-bound"), QObject::tr("Input-bound: waiting for data"),
+                     QObject::tr("One worker whose batches cost more to prepare than to compute, prepared two ahead "
+                                 "in the background (data.prefetch = 2). On the timeline, look at the thin prefetch "
+                                 "lane under the worker, busy without a break, and at the dotted <b>input wait</b> at "
+                                 "the start of each step: the batch was not ready yet. No barrier is involved; the data "
+                                 "is the bottleneck. Then run it without prefetching and compare samples/s."),
+                     QObject::tr("Run without prefetch"), QStringLiteral("input-bound no prefetch"), json{{"data.prefetch", 0}}});
         s.push_back({QString(), QObject::tr("Compare the runs"), QObject::tr("Compare the runs"),
                      QObject::tr("All the runs side by side (Run &gt; Compare Runs): samples/s, the share of time "
                                  "spent waiting and off the CPU, staleness, memory and recompute, ready to copy as CSV "

@@ -54,6 +54,11 @@ const PhaseStyle &phaseStyle(Phase p)
             "Backup workers: this gradient arrived after the first N - b of the step and was not "
             "used; the worker then applied the step's mean and went on from the fresh parameters.",
             Qt::DiagCrossPattern);
+        set(Phase::InputWait, QColor(0xE6, 0x9F, 0x00), "input wait",
+            "The step's batch was not ready: the worker waited for the input pipeline (prefetch "
+            "too shallow, or preparing a batch costs more than computing it: an input-bound run). "
+            "Not a barrier stall; input_wait_ms in metrics.csv.",
+            Qt::Dense5Pattern);
         // Delay is outlined so that an empty box reads as time added from outside.
         s[std::size_t(Phase::Delay)].outline = QPen(QColor(0xD5, 0x5E, 0x00), 1.5);
         s[std::size_t(Phase::Wait)].outline = QPen(QColor(0x60, 0x60, 0x60), 0);

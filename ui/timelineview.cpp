@@ -101,6 +101,8 @@ void TimelineView::updateLegend()
             own.insert(own.begin() + 3, Phase::Recompute);
         if (run->config().backupWorkers > 0 && !run->imported())
             own.push_back(Phase::Dropped);
+        if (run->config().prefetch > 0 && run->config().costUs > 0 && !run->imported())
+            own.insert(std::find(own.begin(), own.end(), Phase::Data) + 1, Phase::InputWait);
         if (!run->imported()) {
             own.push_back(Phase::Eval);
             own.push_back(Phase::Pause);

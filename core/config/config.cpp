@@ -320,6 +320,11 @@ const std::vector<ConfigKey> &configKeys()
          "each segment during the backward pass (less memory, more compute)."},
         {"model.checkpoint_every", KeyType::Int, "0", 0, 65536, {},
          "Layers per checkpointed segment; 0 picks ceil(sqrt(number of layers))."},
+        {"model.batchnorm", KeyType::Enum, "\"none\"", -kInf, kInf, {"none", "local", "sync"},
+         "Batch normalisation after each hidden linear layer (as torch.nn.BatchNorm1d, before "
+         "the activation). local: each worker normalises by its own shard's statistics; sync: "
+         "the shards' statistics are all-reduced across workers (SyncBatchNorm), so N workers "
+         "x batch B normalise exactly as one worker with batch N x B."},
         {"data.source", KeyType::Enum, "\"blobs\"", -kInf, kInf,
          {"blobs", "spirals", "teacher", "idx", "fashion-mnist"},
          "blobs: Gaussian clusters; spirals: interleaved 2-D spirals; teacher: regression on a "
@@ -337,8 +342,14 @@ const std::vector<ConfigKey> &configKeys()
         {"data.shuffle", KeyType::Bool, "true", -kInf, kInf, {},
          "Visit the samples in a new seeded order each epoch; off: file order, wrapping at the "
          "end."},
-        {"data.prefetch", KeyType::Bool, "true", -kInf, kInf, {},
-         "Assemble the next batch in the background while the current one computes."},
+        {"data.prefetch", KeyType::Int, "1", 0, 64, {},
+         "Batches assembled ahead in the background while the current one computes (a buffer "
+         "depth, as tf.data's prefetch); 0 = off, each step assembles its own batch first. "
+         "true and false of older configurations read as 1 and 0."},
+        {"data.cost_us", KeyType::Number, "0", 0, 1e6, {},
+         "Extra preparation work per sample in microseconds (CPU time spent as a decoder or "
+         "augmentation would), to make an input-bound run: with prefetch it overlaps compute, "
+         "and a step that finds its batch not ready waits (the \"input wait\" phase)."},
         {"train.steps", KeyType::Int, "300", 1, 1e8, {},
          "Optimizer steps (in async mode: updates applied by the server)."},
         {"train.batch", KeyType::Int, "32", 1, 1e6, {}, "Samples per worker per step."},
@@ -502,7 +513,7 @@ nlohmann::json readJsonFile(const std::string &path, std::uint64_t maxBytes)
 
 RunConfig parseConfig(const nlohmann::json &input)
 {
-    const nlohmann::json flat = flattenConfig(input);
+    nlohmann::json flat = flattenConfig(input);
     Errors errors;
     nlohmann::json v = nlohmann::json::object();
     for (const auto &k : configKeys())
@@ -511,6 +522,8 @@ RunConfig parseConfig(const nlohmann::json &input)
     const auto names = keyNames();
     for (auto it = flat.begin(); it != flat.end(); ++it) {
         const ConfigKey *key = findConfigKey(it.key());
+        if (it.key() == "data.prefetch" && it->is_boolean()) // a switch before it was a depth
+            *it = it->get<bool>() ? 1 : 0;
         if (!key) {
             const auto guess = closestMatch(it.key(), names);
             errors.add(it.key(), "unknown key \"" + shortKey(it.key()) + "\"" +
@@ -532,12 +545,14 @@ RunConfig parseConfig(const nlohmann::json &input)
     c.activation = v["model.activation"];
     c.checkpoint = v["model.checkpoint"].get<bool>() || c.mode == "checkpointed";
     c.checkpointEvery = v["model.checkpoint_every"];
+    c.batchnorm = v["model.batchnorm"];
     c.source = v["data.source"];
     c.images = v["data.images"];
     c.labels = v["data.labels"];
     c.samples = v["data.samples"];
     c.shuffle = v["data.shuffle"];
     c.prefetch = v["data.prefetch"];
+    c.costUs = v["data.cost_us"];
     c.steps = v["train.steps"];
     c.batch = v["train.batch"];
     c.optimizer = v["train.optimizer"];
@@ -583,6 +598,17 @@ RunConfig parseConfig(const nlohmann::json &input)
                    "sync.backup_workers = " + std::to_string(c.backupWorkers) +
                        ": backup workers are a sync mode's (mode = \"sync\" or \"checkpointed\"); "
                        "async never waits for the others");
+    if (c.batchnorm == "sync" && c.async())
+        errors.add("model.batchnorm",
+                   "model.batchnorm = \"sync\": synchronised batch norm all-reduces statistics "
+                   "inside every forward pass, which async workers never wait for; use \"local\" "
+                   "or a sync mode");
+    else if (c.batchnorm == "sync" && c.backupWorkers > 0)
+        errors.add("model.batchnorm",
+                   "model.batchnorm = \"sync\" with sync.backup_workers = " +
+                       std::to_string(c.backupWorkers) +
+                       ": every forward pass waits for every worker's statistics, so no "
+                       "gradient could be left behind; use \"local\" or no backup workers");
     if (c.source == "idx") {
         if (c.images.empty())
             errors.add("data.images", "data.images = \"\": data.source=idx needs an IDX image file");
@@ -664,9 +690,11 @@ nlohmann::json RunConfig::toJson() const
     j["model"] = {{"layers", layers},
                   {"activation", activation},
                   {"checkpoint", checkpoint},
-                  {"checkpoint_every", checkpointEvery}};
+                  {"checkpoint_every", checkpointEvery},
+                  {"batchnorm", batchnorm}};
     j["data"] = {{"source", source},     {"images", images},   {"labels", labels},
-                 {"samples", samples},   {"shuffle", shuffle}, {"prefetch", prefetch}};
+                 {"samples", samples},   {"shuffle", shuffle}, {"prefetch", prefetch},
+                 {"cost_us", costUs}};
     j["train"] = {{"steps", steps}, {"batch", batch},       {"optimizer", optimizer},
                   {"lr", lr},       {"momentum", momentum}, {"seed", seed}};
     j["async"] = {{"max_staleness", maxStaleness}, {"staleness_lr", stalenessLr}};

@@ -53,13 +53,15 @@ struct RunConfig {
     std::string activation = "relu";
     bool checkpoint = false;
     int checkpointEvery = 0; // resolved: >= 1 when checkpoint is on
+    std::string batchnorm = "none"; // none | local | sync
 
     std::string source = "blobs";
     std::string images;
     std::string labels;
     std::int64_t samples = 0; // resolved: > 0
     bool shuffle = true;
-    bool prefetch = true;
+    int prefetch = 1;     // batches assembled ahead; 0 = off
+    double costUs = 0;    // extra preparation work per sample, microseconds
 
     int steps = 300;
     int batch = 32;

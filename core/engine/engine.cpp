@@ -76,11 +76,11 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         w->jitterRng = std::make_unique<Rng>(m_config.seed, 1000 + std::uint64_t(i));
         const std::size_t targets =
             m_train->classification ? 0 : std::size_t(m_config.batch) * m_train->outputs;
-        for (auto &b : w->buffers) {
-            b.x.resize(std::size_t(m_config.batch) * m_train->features);
-            b.labels.resize(std::size_t(m_config.batch));
-            b.y.resize(targets);
-        }
+        w->input = std::make_unique<InputPipeline>(
+            *m_train,
+            BatchSampler(m_train->samples, m_config.workers, m_config.batch, m_config.shuffle,
+                         m_config.seed),
+            i, m_config.batch, m_config.prefetch, m_config.costUs, m_clock, m_stop);
         if (!w->device->hostAccessible()) {
             static_assert(sizeof(std::int32_t) == sizeof(float), "labels share float-sized buffers");
             w->devX = DeviceBuffer(*w->device, std::size_t(m_config.batch) * m_train->features);
@@ -520,7 +520,7 @@ void Engine::runWorker(WorkerState &w)
     }
     flushDeviceSpans(w);
     try {
-        w.prefetch.wait();
+        w.input->close();
     } catch (const std::exception &e) {
         fail(w.index, w.step, Phase::Data, e.what());
     }
@@ -565,63 +565,33 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
     if (stopping())
         return;
     enter(w, Phase::Data, step);
-    const BatchSampler sampler(m_train->samples, m_config.workers, m_config.batch,
-                               m_config.shuffle, m_config.seed);
-    {
-        const std::int64_t t0 = w.rec.now();
+    std::int64_t t0 = w.rec.now();
+    if (w.rec.tracing())
+        w.rec.markCpu(t0);
+    const InputPipeline::Batch batch = w.input->acquire(step);
+    if (!batch.buffers)
+        return; // stopping
+    const BatchBuffers &b = *batch.buffers;
+    if (batch.waited()) {
+        // The batch was not ready: the step waited for the input pipeline, not for anyone.
+        w.rec.span(Phase::InputWait, std::uint32_t(step), t0, batch.waitTo);
+        t0 = batch.waitTo;
         if (w.rec.tracing())
             w.rec.markCpu(t0);
-        if (m_config.prefetch) {
-            if (w.prefetchPending) {
-                w.prefetch.wait();
-                // Waiting for the prefetch is off the CPU too, but it is the data phase's
-                // own time: descheduling is measured from here.
-                if (w.rec.tracing())
-                    w.rec.markCpu(w.rec.now());
-                w.current ^= 1;
-                w.buffers[w.current].handoff.load(std::memory_order_acquire);
-                // Only the worker's own thread writes its ring, so the prefetch task leaves its
-                // times in the buffer and the worker records them.
-                const BatchBuffers &ready = w.buffers[w.current];
-                w.rec.span(Phase::Data, std::uint32_t(step), ready.gatheredFrom, ready.gatheredTo,
-                           0, Lane::Data);
-            } else {
-                BatchBuffers &b = w.buffers[w.current];
-                gatherBatch(*m_train, sampler, step, w.index, m_config.batch, b.x.data(),
-                            b.labels.data(), b.y.data());
-            }
-            // The next batch is assembled on oneTBB's threads while this one computes.
-            BatchBuffers *next = &w.buffers[w.current ^ 1];
-            WorkerState *ws = &w;
-            const Dataset *data = m_train.get();
-            const int rows = m_config.batch;
-            next->handoff.store(1, std::memory_order_release);
-            w.prefetch.run([ws, next, data, sampler, step, rows] {
-                next->handoff.load(std::memory_order_acquire);
-                next->gatheredFrom = ws->rec.now();
-                gatherBatch(*data, sampler, step + 1, ws->index, rows, next->x.data(),
-                            next->labels.data(), next->y.data());
-                next->gatheredTo = ws->rec.now();
-                next->handoff.store(2, std::memory_order_release);
-            });
-            w.prefetchPending = true;
-        } else {
-            BatchBuffers &b = w.buffers[w.current];
-            gatherBatch(*m_train, sampler, step, w.index, m_config.batch, b.x.data(),
-                        b.labels.data(), b.y.data());
-        }
-        if (w.devX.data()) { // the batch onto the GPU, queued ahead of the forward pass
-            const BatchBuffers &b = w.buffers[w.current];
-            w.device->upload(w.devX.data(), b.x.data(), b.x.size());
-            w.device->uploadBytes(w.devLabels.data(), b.labels.data(),
-                                  b.labels.size() * sizeof(std::int32_t));
-            w.device->upload(w.devY.data(), b.y.data(), b.y.size());
-        }
+    }
+    if (w.input->depth() > 0) // only the worker's thread writes its ring: it records the producer's times
+        w.rec.span(Phase::Data, std::uint32_t(step), b.gatheredFrom, b.gatheredTo, 0, Lane::Data);
+    if (w.devX.data()) { // the batch onto the GPU, queued ahead of the forward pass
+        w.device->upload(w.devX.data(), b.x.data(), b.x.size());
+        w.device->uploadBytes(w.devLabels.data(), b.labels.data(),
+                              b.labels.size() * sizeof(std::int32_t));
+        w.device->upload(w.devY.data(), b.y.data(), b.y.size());
+    }
+    {
         const std::int64_t t1 = w.rec.now();
         w.rec.span(Phase::Data, std::uint32_t(step), t0, t1,
                    w.rec.tracing() ? double(w.rec.descheduledUntil(t0, t1)) : 0.0);
     }
-    const BatchBuffers &b = w.buffers[w.current];
     const bool onDevice = w.devX.data() != nullptr;
     const float *x = onDevice ? w.devX.data() : b.x.data();
     const std::int32_t *labels = onDevice ? reinterpret_cast<const std::int32_t *>(w.devLabels.data())

@@ -4,10 +4,9 @@
 #include "device.h"
 #include "model.h"
 #include "optimizer.h"
+#include "pipeline.h"
 #include "random.h"
 #include "trace.h"
-
-#include <tbb/task_group.h>
 
 #include <atomic>
 #include <cstdint>
@@ -16,17 +15,6 @@
 #include <vector>
 
 namespace syncopate {
-
-// Host-side batch buffers; two of them when the next batch is prefetched.
-struct BatchBuffers {
-    std::vector<float> x;
-    std::vector<std::int32_t> labels;
-    std::vector<float> y;
-    std::int64_t gatheredFrom = 0, gatheredTo = 0; // when the prefetch task assembled it
-    // Hand-off between the worker and the prefetch task: oneTBB orders them, but inside its
-    // uninstrumented library, so the ordering is restated here for ThreadSanitizer.
-    std::atomic<int> handoff{0};
-};
 
 struct WorkerState {
     WorkerState(int i, int l, const RunClock &clock)
@@ -43,10 +31,7 @@ struct WorkerState {
     std::unique_ptr<Optimizer> optimizer; // sync: each replica applies the same update
     RecordRing ring;
     Recorder rec;
-    BatchBuffers buffers[2];
-    int current = 0;
-    tbb::task_group prefetch;
-    bool prefetchPending = false;
+    std::unique_ptr<InputPipeline> input;
     std::atomic<double> slowdown{1.0};
     std::atomic<bool> paused{false};
     std::unique_ptr<Rng> jitterRng;

@@ -52,7 +52,7 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
     nlohmann::json s = job.summaryFields();
     RunConfig config = parseConfig(nlohmann::json::object());
     config.workers = workers;
-    config.prefetch = true;
+    config.prefetch = 1;
     config.steps = std::max(1, int(s.value("steps", 1)));
     config.slowdown.assign(std::size_t(workers), 1.0);
     writeFileAtomically(in("config.json"), config.toJson().dump(2) + "\n");

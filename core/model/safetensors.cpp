@@ -25,26 +25,41 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 } // namespace
 
 void writeSafetensors(const std::string &path, const std::vector<int> &layers,
-                      const std::vector<float> &params)
+                      const std::vector<float> &params, bool batchNorm,
+                      const std::vector<float> *runningStats)
 {
     nlohmann::ordered_json header;
     header["__metadata__"] = {{"format", "pt"}, {"producer", "syncopate"}};
     std::size_t offset = 0;
     const int L = int(layers.size()) - 1;
+    auto vector = [&](const std::string &name, int n) {
+        const std::size_t bytes = std::size_t(n) * 4;
+        header[name] = {{"dtype", "F32"}, {"shape", {n}}, {"data_offsets", {offset, offset + bytes}}};
+        offset += bytes;
+    };
     for (int l = 0; l < L; ++l) {
         const std::size_t w = std::size_t(layers[l + 1]) * layers[l] * 4;
-        const std::size_t b = std::size_t(layers[l + 1]) * 4;
         const std::string p = "layers." + std::to_string(l);
         header[p + ".weight"] = {{"dtype", "F32"},
                                  {"shape", {layers[l + 1], layers[l]}},
                                  {"data_offsets", {offset, offset + w}}};
         offset += w;
-        header[p + ".bias"] = {
-            {"dtype", "F32"}, {"shape", {layers[l + 1]}}, {"data_offsets", {offset, offset + b}}};
-        offset += b;
+        vector(p + ".bias", layers[l + 1]);
+        if (batchNorm && l < L - 1) {
+            vector("norms." + std::to_string(l) + ".weight", layers[l + 1]);
+            vector("norms." + std::to_string(l) + ".bias", layers[l + 1]);
+        }
     }
     if (offset != params.size() * 4)
         throw std::runtime_error(path + ": parameter count does not match the layer widths");
+    if (batchNorm && runningStats) {
+        for (int l = 0; l < L - 1; ++l) {
+            vector("norms." + std::to_string(l) + ".running_mean", layers[l + 1]);
+            vector("norms." + std::to_string(l) + ".running_var", layers[l + 1]);
+        }
+        if (offset != (params.size() + runningStats->size()) * 4)
+            throw std::runtime_error(path + ": running statistics do not match the layer widths");
+    }
     std::string text = header.dump();
     while (text.size() % 8)
         text += ' ';
@@ -58,6 +73,8 @@ void writeSafetensors(const std::string &path, const std::vector<int> &layers,
     std::fwrite(le, 1, 8, f.get());
     std::fwrite(text.data(), 1, text.size(), f.get());
     std::fwrite(params.data(), 4, params.size(), f.get()); // little-endian hosts only
+    if (batchNorm && runningStats)
+        std::fwrite(runningStats->data(), 4, runningStats->size(), f.get());
     const bool ok = std::ferror(f.get()) == 0;
     if (std::fclose(f.release()) != 0 || !ok)
         throw std::runtime_error(path + ": write failed (disk full?)");

@@ -14,9 +14,13 @@ struct Tensor {
 };
 
 // Writes tensors "layers.{i}.weight" [out, in] and "layers.{i}.bias" [out] (nn.Linear's layout)
-// from a flat parameter buffer.
+// from a flat parameter buffer. With batchNorm, hidden layer i also has "norms.{i}.weight" and
+// "norms.{i}.bias" (BatchNorm1d's scale and shift, after the layer's bias in params) and, from
+// runningStats where given (ModelSpec::runningMeanOffset's layout), "norms.{i}.running_mean"
+// and "norms.{i}.running_var".
 void writeSafetensors(const std::string &path, const std::vector<int> &layers,
-                      const std::vector<float> &params);
+                      const std::vector<float> &params, bool batchNorm = false,
+                      const std::vector<float> *runningStats = nullptr);
 // The header length a file may state (the format's own reference reader allows 100 MB).
 constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 

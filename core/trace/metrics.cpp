@@ -129,6 +129,11 @@ void MetricsAccumulator::add(const Record *records, std::size_t n)
                 row->row.dropped = 1;
             ++ws.dropped;
             break;
+        case Phase::InputWait:
+            if (row)
+                row->row.inputWaitMs += ns / 1e6;
+            ws.inputWaitNs += ns;
+            break;
         default:
             break;
         }
@@ -340,7 +345,8 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
     nlohmann::json delayPerWorker = nlohmann::json::array();
     nlohmann::json descheduledPerWorker = nlohmann::json::array();
     nlohmann::json droppedPerWorker = nlohmann::json::array();
-    double totalDescheduled = 0;
+    nlohmann::json inputWaitPerWorker = nlohmann::json::array();
+    double totalDescheduled = 0, totalInputWait = 0;
     for (const WorkerState &ws : m_state) {
         descheduledPerWorker.push_back(ws.descheduledNs / 1e6);
         totalDescheduled += ws.descheduledNs;
@@ -349,6 +355,8 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
         stallPerWorker.push_back(ws.waitNs / 1e6);
         delayPerWorker.push_back(ws.delayNs / 1e6);
         droppedPerWorker.push_back(ws.dropped);
+        inputWaitPerWorker.push_back(ws.inputWaitNs / 1e6);
+        totalInputWait += ws.inputWaitNs;
     }
 
     double finalLoss = std::numeric_limits<double>::quiet_NaN();
@@ -395,6 +403,9 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
         j["backup_workers"] = config.backupWorkers;
         j["dropped_per_worker"] = droppedPerWorker;
     }
+    // Steps that found their batch not ready: the run is input-bound (not counted as stalls).
+    j["input_wait_ms_per_worker"] = inputWaitPerWorker;
+    j["input_wait_fraction"] = totalActive > 0 ? std::min(1.0, totalInputWait / totalActive) : 0.0;
     j["recompute_ms"] = m_recomputeNs / 1e6;
     j["peak_activation_bytes"] = clampToInt64(m_peakActivation);
     if (m_stalenessCount > 0) {

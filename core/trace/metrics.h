@@ -29,6 +29,7 @@ struct StepRow {
     double staleness = -1; // async: staleness of this step's update; -1 = none
     double activationBytes = 0;
     int dropped = 0; // backup workers: 1 when this worker's gradient of the step was not used
+    double inputWaitMs = 0; // waiting for the input pipeline's batch (input-bound), not a stall
 };
 
 struct RunMetrics {
@@ -109,6 +110,7 @@ private:
         double waitNs = 0;
         double delayNs = 0;
         double descheduledNs = 0;
+        double inputWaitNs = 0;
         std::int64_t dropped = 0;
     };
 

@@ -92,6 +92,7 @@ void checkSummary(nlohmann::json &summary, const std::string &path, std::vector<
         {"stall_descheduled_fraction", Want::Number},
         {"recompute_ms", Want::Number},    {"peak_activation_bytes", Want::Number},
         {"backup_workers", Want::Integer}, {"dropped_per_worker", Want::Numbers},
+        {"input_wait_ms_per_worker", Want::Numbers}, {"input_wait_fraction", Want::Number},
         {"staleness_mean", Want::Number},  {"staleness_max", Want::Integer},
         {"staleness_histogram", Want::Numbers}, {"staleness_overflow", Want::Number},
         {"devices", Want::Strings},        {"reduce", Want::Object},

@@ -53,14 +53,15 @@ void appendMetricsCsv(std::FILE *o, const std::vector<StepRow> &rows, bool heade
 {
     if (header)
         std::fputs("worker,step,t_ms,step_ms,loss,wait_ms,delay_ms,recompute_ms,staleness,"
-                   "activation_bytes,descheduled_ms,dropped\n",
+                   "activation_bytes,descheduled_ms,dropped,input_wait_ms\n",
                    o);
     for (const auto &r : rows) {
         std::fprintf(o, "%d,%" PRId64 ",%.4f,%.4f,%.9g,%.4f,%.4f,%.4f,", r.worker, r.step, r.tMs,
                      r.stepMs, r.loss, r.waitMs, r.delayMs, r.recomputeMs);
         if (r.staleness >= 0)
             std::fprintf(o, "%.0f", r.staleness);
-        std::fprintf(o, ",%.0f,%.4f,%d\n", r.activationBytes, r.descheduledMs, r.dropped);
+        std::fprintf(o, ",%.0f,%.4f,%d,%.4f\n", r.activationBytes, r.descheduledMs, r.dropped,
+                     r.inputWaitMs);
     }
 }
 

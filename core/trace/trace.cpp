@@ -56,7 +56,7 @@ const char *phaseName(Phase p)
     static const char *names[] = {"data",  "forward", "backward", "recompute",
                                   "wait",  "reduce",  "push",     "pull",
                                   "apply", "delay",   "eval",     "pause",
-                                  "copy",  "compute",  "dropped"};
+                                  "copy",  "compute",  "dropped", "input_wait"};
     static_assert(sizeof(names) / sizeof(names[0]) == std::size_t(Phase::Count));
     return p < Phase::Count ? names[std::size_t(p)] : "?";
 }
@@ -70,7 +70,8 @@ const char *laneName(Lane l)
 const char *counterName(CounterId c)
 {
     static const char *names[] = {"loss",          "staleness",     "activation_bytes",
-                                  "eval_loss",     "eval_accuracy", "version"};
+                                  "eval_loss",     "eval_accuracy", "version",
+                                  "bn_divergence"};
     static_assert(sizeof(names) / sizeof(names[0]) == std::size_t(CounterId::Count));
     return c < CounterId::Count ? names[std::size_t(c)] : "?";
 }

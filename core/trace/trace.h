@@ -24,12 +24,19 @@ enum class Phase : std::uint8_t {
     // Backup workers: this worker's gradient came after the first N - b and was not used.
     // Appended, not inserted: codes are stored in run folders, and older runs keep theirs.
     Dropped,
+    // The step found its prefetched batch not ready and waited for the input pipeline: the
+    // run is input-bound. A wait for data, never a barrier stall.
+    InputWait,
     Count    // at most 16: a phase is the low nibble of Record::code
 
 };
 enum class Lane : std::uint8_t { Compute, Data, Comm, Count };
 enum class CounterId : std::uint8_t {
-    Loss, Staleness, ActivationBytes, EvalLoss, EvalAccuracy, Version, Count
+    Loss, Staleness, ActivationBytes, EvalLoss, EvalAccuracy, Version,
+    // Batch norm: how far this worker's running statistics are from the mean of all workers'
+    // (appended: codes are stored in run folders).
+    BnDivergence,
+    Count
 };
 enum class RecordKind : std::uint8_t { Span, Counter };
 

@@ -16,7 +16,7 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'I', 'D', 'X', '\0'};
 // 2: steps carry descheduled time; 3: a staleness histogram per worker
-constexpr std::uint32_t kIndexVersion = 4; // 4: copy and compute phases, comm lanes
+constexpr std::uint32_t kIndexVersion = 5; // 4: copy and compute phases, comm lanes; 5: input wait, bn divergence
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t(1) << 31;
 
 class Out {

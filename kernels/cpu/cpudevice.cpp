@@ -146,6 +146,75 @@ void addRowLoop(float *__restrict Y, const float *__restrict bias, int rows, int
     }
 }
 
+// Batch norm: rows in order, channels across the vector lanes, as columnSumsLoop.
+SYNCOPATE_VECTOR_CLONES
+void centeredSquaresLoop(const float *__restrict x, const float *__restrict sum, float invCount,
+                         int rows, int cols, float *__restrict sq)
+{
+    for (int c = 0; c < cols; ++c)
+        sq[c] = 0.0f;
+    for (int r = 0; r < rows; ++r) {
+        const float *v = x + std::size_t(r) * cols;
+        for (int c = 0; c < cols; ++c) {
+            const float d = v[c] - sum[c] * invCount;
+            sq[c] += d * d;
+        }
+    }
+}
+
+// xhat may be x, y may be x: no __restrict on the rows.
+SYNCOPATE_VECTOR_CLONES
+void normaliseLoop(const float *x, const float *__restrict mean, const float *__restrict invstd,
+                   const float *__restrict gamma, const float *__restrict beta, int rows, int cols,
+                   float *xhat, float *y)
+{
+    for (int r = 0; r < rows; ++r) {
+        const std::size_t o = std::size_t(r) * cols;
+        if (xhat) {
+            for (int c = 0; c < cols; ++c) {
+                const float h = (x[o + c] - mean[c]) * invstd[c];
+                xhat[o + c] = h;
+                y[o + c] = gamma[c] * h + beta[c];
+            }
+        } else {
+            for (int c = 0; c < cols; ++c)
+                y[o + c] = gamma[c] * ((x[o + c] - mean[c]) * invstd[c]) + beta[c];
+        }
+    }
+}
+
+SYNCOPATE_VECTOR_CLONES
+void normBackwardSumsLoop(const float *__restrict dy, const float *__restrict xhat, int rows,
+                          int cols, float *__restrict sums)
+{
+    float *dGamma = sums, *dBeta = sums + cols;
+    for (int c = 0; c < cols; ++c) {
+        dGamma[c] = 0.0f;
+        dBeta[c] = 0.0f;
+    }
+    for (int r = 0; r < rows; ++r) {
+        const std::size_t o = std::size_t(r) * cols;
+        for (int c = 0; c < cols; ++c) {
+            dGamma[c] += dy[o + c] * xhat[o + c];
+            dBeta[c] += dy[o + c];
+        }
+    }
+}
+
+SYNCOPATE_VECTOR_CLONES
+void normBackwardLoop(const float *dy, const float *__restrict xhat, const float *__restrict invstd,
+                      const float *__restrict gamma, const float *__restrict sums, float invCount,
+                      int rows, int cols, float *dx)
+{
+    const float *dGamma = sums, *dBeta = sums + cols;
+    for (int r = 0; r < rows; ++r) {
+        const std::size_t o = std::size_t(r) * cols;
+        for (int c = 0; c < cols; ++c)
+            dx[o + c] = gamma[c] * invstd[c] *
+                        (dy[o + c] - dBeta[c] * invCount - xhat[o + c] * (dGamma[c] * invCount));
+    }
+}
+
 } // namespace
 
 std::string cpuIsa() { return onednn::cpuIsa(); }
@@ -347,6 +416,49 @@ double CpuDevice::meanSquaredError(const float *pred, const float *target, std::
             dPred[i] = g * d;
     }
     return total / double(n);
+}
+
+void CpuDevice::batchNormCenteredSquares(const float *x, const float *sum, float invCount,
+                                         int rows, int cols, float *sq)
+{
+    centeredSquaresLoop(x, sum, invCount, rows, cols, sq);
+}
+
+void CpuDevice::batchNormStatistics(const float *sum, const float *sq, double count, float eps,
+                                    float momentum, int cols, float *mean, float *invstd,
+                                    float *runningMean, float *runningVar)
+{
+    const double m = momentum;
+    for (int c = 0; c < cols; ++c) {
+        const double mu = double(sum[c]) / count;
+        const double var = double(sq[c]) / count;
+        mean[c] = float(mu);
+        invstd[c] = float(1.0 / std::sqrt(var + double(eps)));
+        if (runningMean) {
+            runningMean[c] = float((1.0 - m) * runningMean[c] + m * mu);
+            runningVar[c] = float((1.0 - m) * runningVar[c] + m * double(sq[c]) / (count - 1.0));
+        }
+    }
+}
+
+void CpuDevice::batchNormForward(const float *x, const float *mean, const float *invstd,
+                                 const float *gamma, const float *beta, int rows, int cols,
+                                 float *xhat, float *y)
+{
+    normaliseLoop(x, mean, invstd, gamma, beta, rows, cols, xhat, y);
+}
+
+void CpuDevice::batchNormBackwardSums(const float *dy, const float *xhat, int rows, int cols,
+                                      float *sums)
+{
+    normBackwardSumsLoop(dy, xhat, rows, cols, sums);
+}
+
+void CpuDevice::batchNormBackward(const float *dy, const float *xhat, const float *invstd,
+                                  const float *gamma, const float *sums, float invCount, int rows,
+                                  int cols, float *dx)
+{
+    normBackwardLoop(dy, xhat, invstd, gamma, sums, invCount, rows, cols, dx);
 }
 
 void CpuDevice::sgdStep(float *param, const float *grad, float lr, std::size_t n)

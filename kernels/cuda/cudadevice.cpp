@@ -422,6 +422,45 @@ double CudaDevice::meanSquaredError(const float *pred, const float *target, std:
     return n ? readResults().sum / double(n) : 0.0;
 }
 
+void CudaDevice::batchNormCenteredSquares(const float *x, const float *sum, float invCount,
+                                          int rows, int cols, float *sq)
+{
+    use();
+    cuda::batchNormCenteredSquares(x, sum, invCount, rows, cols, sq, m_stream);
+}
+
+void CudaDevice::batchNormStatistics(const float *sum, const float *sq, double count, float eps,
+                                     float momentum, int cols, float *mean, float *invstd,
+                                     float *runningMean, float *runningVar)
+{
+    use();
+    cuda::batchNormStatistics(sum, sq, count, eps, momentum, cols, mean, invstd, runningMean,
+                              runningVar, m_stream);
+}
+
+void CudaDevice::batchNormForward(const float *x, const float *mean, const float *invstd,
+                                  const float *gamma, const float *beta, int rows, int cols,
+                                  float *xhat, float *y)
+{
+    use();
+    cuda::batchNormForward(x, mean, invstd, gamma, beta, rows, cols, xhat, y, m_stream);
+}
+
+void CudaDevice::batchNormBackwardSums(const float *dy, const float *xhat, int rows, int cols,
+                                       float *sums)
+{
+    use();
+    cuda::batchNormBackwardSums(dy, xhat, rows, cols, sums, m_stream);
+}
+
+void CudaDevice::batchNormBackward(const float *dy, const float *xhat, const float *invstd,
+                                   const float *gamma, const float *sums, float invCount,
+                                   int rows, int cols, float *dx)
+{
+    use();
+    cuda::batchNormBackward(dy, xhat, invstd, gamma, sums, invCount, rows, cols, dx, m_stream);
+}
+
 void CudaDevice::sgdStep(float *param, const float *grad, float lr, std::size_t n)
 {
     use();

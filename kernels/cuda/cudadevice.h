@@ -86,6 +86,19 @@ public:
     int countCorrect(const float *logits, const std::int32_t *labels, int rows, int cols) override;
     double meanSquaredError(const float *pred, const float *target, std::size_t n,
                             float *dPred) override;
+    void batchNormCenteredSquares(const float *x, const float *sum, float invCount, int rows,
+                                  int cols, float *sq) override;
+    void batchNormStatistics(const float *sum, const float *sq, double count, float eps,
+                             float momentum, int cols, float *mean, float *invstd,
+                             float *runningMean, float *runningVar) override;
+    void batchNormForward(const float *x, const float *mean, const float *invstd,
+                          const float *gamma, const float *beta, int rows, int cols, float *xhat,
+                          float *y) override;
+    void batchNormBackwardSums(const float *dy, const float *xhat, int rows, int cols,
+                               float *sums) override;
+    void batchNormBackward(const float *dy, const float *xhat, const float *invstd,
+                           const float *gamma, const float *sums, float invCount, int rows,
+                           int cols, float *dx) override;
     void sgdStep(float *param, const float *grad, float lr, std::size_t n) override;
     void momentumStep(float *param, const float *grad, float *buf, float lr, float momentum,
                       std::size_t n) override;

@@ -26,6 +26,21 @@ void adamStep(float *param, const float *grad, float *m, float *v, float stepSiz
               float invSqrtBc2, float beta1, float beta2, float eps, std::size_t n,
               cudaStream_t s);
 
+// batchnorm.cu (see Device::batchNorm* for what each computes)
+void batchNormCenteredSquares(const float *x, const float *sum, float invCount, int rows,
+                              int cols, float *sq, cudaStream_t s);
+void batchNormStatistics(const float *sum, const float *sq, double count, float eps,
+                         float momentum, int cols, float *mean, float *invstd, float *runningMean,
+                         float *runningVar, cudaStream_t s);
+void batchNormForward(const float *x, const float *mean, const float *invstd, const float *gamma,
+                      const float *beta, int rows, int cols, float *xhat, float *y,
+                      cudaStream_t s);
+void batchNormBackwardSums(const float *dy, const float *xhat, int rows, int cols, float *sums,
+                           cudaStream_t s);
+void batchNormBackward(const float *dy, const float *xhat, const float *invstd,
+                       const float *gamma, const float *sums, float invCount, int rows, int cols,
+                       float *dx, cudaStream_t s);
+
 // Results of the reductions below, in device memory, read back in one copy.
 struct Results {
     double sum = 0;       // loss sums, sums of squares
