@@ -19,6 +19,7 @@ private Q_SLOTS:
     void shardedEvaluationEqualsWholeEvaluation_data();
     void shardedEvaluationEqualsWholeEvaluation();
     void prefetchDepthKeepsTheRun();
+    void syncBatchNormEqualsOneBigBatch();
     void inputBoundStepsWaitForData();
 };
 
@@ -229,6 +230,43 @@ void TestSync::inputBoundStepsWaitForData()
     // for nearly all of it (all but the first batch's head start, less than one batch).
     QVERIFY2(waited >= gathered - 2 * 40000000,
              qPrintable(QStringLiteral("waited %1 ms of %2 ms gathered").arg(waited / 1e6).arg(gathered / 1e6)));
+}
+
+// Synchronised batch norm through the engine: four workers of 8 normalise, step and keep running
+// statistics exactly as one worker of 32 (the divergence between replicas is 0); local batch
+// norm does not, and its replicas' running statistics drift apart.
+void TestSync::syncBatchNormEqualsOneBigBatch()
+{
+    auto run = [](int workers, int batch, const char *bn) {
+        json c = small(workers, batch, "momentum", true);
+        c["model"]["batchnorm"] = bn;
+        c["eval"]["samples"] = 64;
+        return runToEnd(c);
+    };
+    auto four = run(4, 8, "sync"), one = run(1, 32, "sync"), local = run(4, 8, "local");
+    QCOMPARE(four->state(), RunState::Finished);
+    QCOMPARE(local->state(), RunState::Finished);
+    const double same = maxAbsoluteDifference(four->finalParams(), one->finalParams());
+    QVERIFY2(same < 1e-5, qPrintable(QStringLiteral("sync BN vs one big batch: %1").arg(same)));
+    const double apart = maxAbsoluteDifference(local->finalParams(), one->finalParams());
+    QVERIFY2(apart > 1e-3, qPrintable(QStringLiteral("local BN vs one big batch: %1").arg(apart)));
+    auto divergence = [](Engine &e) {
+        double most = 0;
+        int samples = 0;
+        for (const auto &r : e.events().all())
+            if (!r.isSpan() && r.counter() == CounterId::BnDivergence) {
+                most = std::max(most, r.value);
+                ++samples;
+            }
+        return std::make_pair(samples, most);
+    };
+    QCOMPARE(divergence(*four), std::make_pair(4 * 25, 0.0));
+    const auto [n, most] = divergence(*local);
+    QCOMPARE(n, 4 * 25);
+    QVERIFY2(most > 1e-4, qPrintable(QString::number(most)));
+    // Evaluated with running statistics: the same held-out loss as the single worker's.
+    QVERIFY(!four->evalHistory().empty());
+    QVERIFY(std::abs(four->evalHistory().back().loss - one->evalHistory().back().loss) < 1e-4);
 }
 
 QTEST_APPLESS_MAIN(TestSync)

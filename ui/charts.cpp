@@ -912,7 +912,8 @@ void ChartsWidget::fillMemory()
         const auto &c = m_current->config();
         double bytes = 0;
         for (std::size_t l = 1; l < c.layers.size(); ++l)
-            bytes += double(c.batch) * c.layers[l] * 4.0 * (l + 1 < c.layers.size() ? 2 : 1);
+            bytes += double(c.batch) * c.layers[l] * 4.0 *
+                     (l + 1 < c.layers.size() ? (c.batchnorm != "none" ? 3 : 2) : 1); // batch norm: z, x-hat, a
         const auto &pts = m_current->counter(CounterId::ActivationBytes, 0);
         const double last = pts.empty() ? 1.0 : double(pts.back().step);
         QCPGraph *ref = graph(tr("without checkpointing (same model, computed)"), Qt::black, 1.5);

@@ -609,6 +609,10 @@ RunConfig parseConfig(const nlohmann::json &input)
                        std::to_string(c.backupWorkers) +
                        ": every forward pass waits for every worker's statistics, so no "
                        "gradient could be left behind; use \"local\" or no backup workers");
+    if (c.batchnorm != "none" && c.batch < 2)
+        errors.add("model.batchnorm", "model.batchnorm = \"" + c.batchnorm +
+                                          "\" with train.batch = 1: a batch's variance needs at "
+                                          "least 2 samples per worker");
     if (c.source == "idx") {
         if (c.images.empty())
             errors.add("data.images", "data.images = \"\": data.source=idx needs an IDX image file");

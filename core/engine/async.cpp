@@ -2,6 +2,7 @@
 // pulls (parameters, version), computes, pushes; the server applies at once.
 // staleness = server version at apply - version pulled. Options: the stale-synchronous bound
 // (no worker starts a step more than s ahead of the slowest) and the staleness-aware rate.
+#include "batchnormsync.h"
 #include "engine.h"
 #include "strategy.h"
 #include "worker.h"
@@ -27,6 +28,9 @@ public:
                                                   n, float(e.m_config.lr),
                                                   float(e.m_config.momentum));
         m_done.assign(std::size_t(e.m_config.workers), 0);
+        m_bn = e.m_config.batchnorm != "none";
+        if (m_bn)
+            m_bnServer = Model::initialRunningStats(e.m_workers.front()->model->spec());
     }
 
     void runWorker(WorkerState &w) override
@@ -63,7 +67,8 @@ public:
         const auto params = finalParams();
         std::copy(params.begin(), params.end(), w0.snapshot.begin());
         try {
-            e.evaluate(w0, e.m_progress.load(), w0.snapshot.data(), e.m_progress.load());
+            e.evaluate(w0, e.m_progress.load(), w0.snapshot.data(), e.m_progress.load(),
+                       m_bn ? m_bnServer.data() : nullptr);
         } catch (const std::exception &ex) {
             e.fail(0, e.m_progress.load(), Phase::Eval, ex.what());
         }
@@ -138,6 +143,10 @@ private:
         e.computeStep(w, step);
         if (e.stopping())
             return false;
+        if (m_bn) { // off the server's lock: what the push hands over besides the gradient
+            w.model->batchStatsToHost(w.bnBatch.data());
+            w.model->runningStatsToHost(w.bnOwn.data());
+        }
 
         e.enter(w, Phase::Push, step);
         bool evalDue = false;
@@ -164,14 +173,25 @@ private:
             w.rec.span(Phase::Push, s32, t0, w.rec.now(), double(staleness));
             w.rec.counter(CounterId::Staleness, s32, double(staleness));
             w.rec.counter(CounterId::Version, s32, double(version));
+            if (m_bn) {
+                // The server's running statistics take the same momentum step with each pushed
+                // batch's statistics, in push order: what one replica would hold had it seen
+                // the batches the master parameters were updated with.
+                for (std::size_t i = 0; i < m_bnServer.size(); ++i)
+                    m_bnServer[i] = (1.0f - kBnMomentum) * m_bnServer[i] + kBnMomentum * w.bnBatch[i];
+                w.rec.counter(CounterId::BnDivergence, s32,
+                              relativeDistance(w.bnOwn.data(), m_bnServer.data(), m_bnServer.size()));
+            }
             evalDue = e.m_evalModel && c.evalEvery > 0 && version % c.evalEvery == 0 &&
                       version < c.steps;
-            if (evalDue) // a consistent snapshot: the server's parameters at this version
+            if (evalDue) { // a consistent snapshot: the server's parameters at this version
                 m_device->download(w.snapshot.data(), m_master.data(), n);
+                std::copy(m_bnServer.begin(), m_bnServer.end(), w.bnSnapshot.begin());
+            }
             m_cv.notify_all();
         }
         if (evalDue)
-            e.evaluate(w, version, w.snapshot.data(), version);
+            e.evaluate(w, version, w.snapshot.data(), version, m_bn ? w.bnSnapshot.data() : nullptr);
         return !e.stopping();
     }
 
@@ -184,6 +204,10 @@ private:
     std::int64_t m_version = 0;
     std::vector<std::int64_t> m_done; // updates pushed per worker
     std::size_t m_scriptPos = 0;
+    // Batch norm: the server's running statistics (guarded by m_mutex), what evaluation uses.
+    bool m_bn = false;
+    std::vector<float> m_bnServer;
+    static constexpr float kBnMomentum = 0.1f; // torch.nn.BatchNorm1d's
 };
 
 std::unique_ptr<Strategy> makeAsyncStrategy(Engine &engine)

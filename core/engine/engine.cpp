@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include "batchnormsync.h"
+
 #include "strategy.h"
 #include "worker.h"
 
@@ -49,6 +51,7 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
 {
     ModelSpec spec{m_config.layers, parseActivation(m_config.activation),
                    m_config.classification(), m_config.checkpoint ? m_config.checkpointEvery : 0};
+    spec.batchNorm = m_config.batchnorm != "none";
     m_initialParams = Model::initialParams(spec, m_config.seed);
     const auto kind = Optimizer::parseKind(m_config.optimizer);
     const std::size_t n = spec.paramCount();
@@ -63,6 +66,10 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         throw ConfigError("sync.allreduce = \"mpi\": needs MPI ranks (mpirun -np N syncopate-cli "
                           "run ...); in one process the workers average in shared memory",
                           {"sync.allreduce"});
+    if (m_config.batchnorm == "sync" && m_comm->ranks() > 1)
+        throw ConfigError("model.batchnorm = \"sync\": batch statistics are all-reduced between the "
+                          "worker threads of one process; over MPI ranks use \"local\"",
+                          {"model.batchnorm"});
     for (int l = 0; l < local; ++l) {
         const int i = first + l;
         auto w = std::make_unique<WorkerState>(i, l, m_clock);
@@ -88,7 +95,21 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
             w->devY = DeviceBuffer(*w->device, targets);
         }
         w->snapshot.resize(n);
+        const std::size_t stats = w->model->runningStatsCount();
+        w->bnBatch.resize(stats);
+        w->bnOwn.resize(stats);
+        w->bnSnapshot.resize(stats);
         m_workers.push_back(std::move(w));
+    }
+    if (m_config.batchnorm == "sync") {
+        std::vector<Device *> devices;
+        for (const auto &w : m_workers)
+            devices.push_back(w->device.get());
+        const int widest = *std::max_element(m_config.layers.begin(), m_config.layers.end());
+        // Backward hands over two sums per channel, forward one.
+        m_bnGroup = std::make_unique<BatchNormGroup>(devices, 2 * std::size_t(widest));
+        for (const auto &w : m_workers)
+            w->model->setBatchNormReducer(&m_bnGroup->member(w->local));
     }
     m_strategy = m_config.async() ? makeAsyncStrategy(*this) : makeSyncStrategy(*this);
     if (m_eval && m_eval->samples > 0) {
@@ -168,6 +189,8 @@ void Engine::requestStop()
     m_stop = true;
     if (m_strategy)
         m_strategy->cancel();
+    if (m_bnGroup)
+        m_bnGroup->cancel();
     m_comm->cancel();
     {
         std::lock_guard lock(m_pauseMutex);
@@ -616,13 +639,14 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
     delayStep(w, step, w.rec.now() - computeStart);
 }
 
-void Engine::evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version)
+void Engine::evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version,
+                      const float *running)
 {
     std::lock_guard lock(m_evalMutex);
     const std::int64_t t0 = w.rec.now();
     m_evalModel->device().upload(m_evalModel->params(), params, m_evalModel->paramCount());
     const EvalResult r = m_evalModel->evaluate(m_eval->x.data(), m_eval->labels.data(),
-                                               m_eval->y.data(), m_eval->samples);
+                                               m_eval->y.data(), m_eval->samples, running);
     w.rec.span(Phase::Eval, std::uint32_t(step), t0, w.rec.now(), double(version));
     recordEval(w, step, r);
 }

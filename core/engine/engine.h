@@ -24,6 +24,8 @@
 
 namespace syncopate {
 
+class BatchNormGroup;
+
 class Optimizer;
 class RunWriter;
 class Strategy;
@@ -126,7 +128,9 @@ private:
     void enter(WorkerState &w, Phase p, std::int64_t step);
     void flushDeviceSpans(WorkerState &w);
     bool sleepCancellable(std::int64_t ns);
-    void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version);
+    // running: batch norm's running statistics to evaluate with (host memory; null without BN).
+    void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version,
+                  const float *running = nullptr);
     // Caller holds m_evalMutex.
     void recordEval(WorkerState &w, std::int64_t step, const EvalResult &r);
     // The device of worker i (a ConfigError of "device" when it cannot be had).
@@ -183,6 +187,8 @@ private:
     mutable std::mutex m_evalMutex;
     std::unique_ptr<Device> m_evalDevice;
     std::unique_ptr<Model> m_evalModel;
+    // model.batchnorm = sync: the workers' statistics summed between this process's threads.
+    std::unique_ptr<BatchNormGroup> m_bnGroup;
     std::vector<EvalPoint> m_evalHistory;
 
     struct Fault {

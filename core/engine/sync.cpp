@@ -3,6 +3,7 @@
 // the same on threads and on MPI ranks), and every replica applies the same update. With backup
 // workers (sync.backup_workers = b) a step takes the first N - b gradients to arrive and the
 // late workers catch up on the means they missed (BackupSyncGroup in communicator.h).
+#include "batchnormsync.h"
 #include "communicator.h"
 #include "engine.h"
 #include "strategy.h"
@@ -31,6 +32,13 @@ public:
                                           e.m_config.workers, e.m_clock);
         m_evals.resize(1);
         m_evals.front().shards.resize(e.m_workers.size());
+        // Batch norm: every replica's running statistics after each step, for the divergence
+        // chart and so that every shard of an evaluation uses the same ones (worker 0's, as
+        // DistributedDataParallel broadcasts rank 0's buffers). Backup workers skip steps, so
+        // there each shard keeps its own worker's.
+        if (e.m_config.batchnorm != "none" && e.m_config.backupWorkers == 0)
+            m_board = std::make_unique<RunningStatsBoard>(int(e.m_workers.size()),
+                                                          e.m_workers.front()->model->runningStatsCount());
     }
 
     void runWorker(WorkerState &w) override
@@ -88,6 +96,8 @@ private:
         e.computeStep(w, step);
         if (e.stopping())
             return;
+        if (m_board) // read by the others from the barrier on, until they arrive at the next
+            m_board->publish(w.local, step, *w.model);
         // From here the phases follow each other without a gap: each starts where the last ended.
         e.enter(w, Phase::Reduce, step);
         std::int64_t t0 = w.rec.now();
@@ -113,6 +123,8 @@ private:
             w.optimizer->step(w.model->params(), m_group->finish(w.local));
         }
 
+        if (m_board)
+            w.rec.counter(CounterId::BnDivergence, s32, m_board->divergence(w.local, step));
         const std::int64_t done = step + 1;
         if (w.local == 0)
             e.m_progress = done;
@@ -228,7 +240,8 @@ private:
         const EvalResult part = w.model->evaluate(
             e.m_eval->x.data() + lo * inW,
             e.m_eval->labels.empty() ? nullptr : e.m_eval->labels.data() + lo,
-            e.m_eval->y.empty() ? nullptr : e.m_eval->y.data() + lo * outW, hi - lo);
+            e.m_eval->y.empty() ? nullptr : e.m_eval->y.data() + lo * outW, hi - lo,
+            m_board ? m_board->stats(0, step - 1) : nullptr);
         w.rec.span(Phase::Eval, std::uint32_t(step), t0, w.rec.now(), double(step));
         std::lock_guard lock(m_evalMutex);
         PendingEval *pending = nullptr, *unused = nullptr;
@@ -276,6 +289,7 @@ private:
 
     std::unique_ptr<SyncGroup> m_group;          // plain sync
     std::unique_ptr<BackupSyncGroup> m_backup;   // sync.backup_workers > 0
+    std::unique_ptr<RunningStatsBoard> m_board;  // batch norm without backup workers
     std::mutex m_evalMutex;
     std::vector<PendingEval> m_evals;    // guarded by m_evalMutex
     std::vector<EvalResult> m_allShards; // rank 0: every worker's, in worker order

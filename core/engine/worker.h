@@ -37,6 +37,9 @@ struct WorkerState {
     std::unique_ptr<Rng> jitterRng;
     std::int64_t pulledVersion = 0;
     std::vector<float> snapshot; // parameters handed to evaluation
+    // Batch norm: this replica's last batch statistics and running statistics on the host, and
+    // the running statistics handed to evaluation (sized when the worker is made).
+    std::vector<float> bnBatch, bnOwn, bnSnapshot;
     Phase phase = Phase::Data;
     std::int64_t step = 0;
     std::thread thread;

@@ -96,7 +96,8 @@ RunWriter::RunWriter(std::string dir, const RunConfig &config, const std::vector
         throw StoreError(csv + ": cannot write (" + std::strerror(errno) + ")");
     appendMetricsCsv(m_csv.get(), {}, true);
     try {
-        writeSafetensors(inDir(m_dir, "params-init.safetensors"), config.layers, initialParams);
+        writeSafetensors(inDir(m_dir, "params-init.safetensors"), config.layers, initialParams,
+                         config.batchnorm != "none");
     } catch (const std::exception &e) {
         throw StoreError(e.what());
     }
@@ -166,7 +167,8 @@ void RunWriter::finish(const RunOutcome &outcome, const std::vector<float> &fina
         throw StoreError(inDir(m_dir, "metrics.csv") + ": write failed (disk full?)");
     if (!finalParams.empty()) {
         try {
-            writeSafetensors(inDir(m_dir, "params-final.safetensors"), m_config.layers, finalParams);
+            writeSafetensors(inDir(m_dir, "params-final.safetensors"), m_config.layers, finalParams,
+                             m_config.batchnorm != "none");
         } catch (const std::exception &e) {
             throw StoreError(e.what());
         }
