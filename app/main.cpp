@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     if (parser.isSet(lesson))
         window.showLesson();
     if (parser.isSet(chart) && !window.showChart(parser.value(chart)))
-        std::fprintf(stderr, "syncopate: no chart named %s (loss, stalls, staleness, memory, throughput)\n",
+        std::fprintf(stderr, "syncopate: no chart named %s (loss, stalls, staleness, memory, throughput, batchnorm)\n",
                      qPrintable(parser.value(chart)));
     // Several runs: each opened, all but the last checked to compare with the last.
     auto openAll = [&window, dirs = parser.values(open)] {

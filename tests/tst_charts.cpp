@@ -13,6 +13,7 @@ private Q_SLOTS:
     void spreadBandByHand();
     void spreadBandEdges();
     void asyncLossChartDrawsTheBand();
+    void batchNormChartOnlyWithBatchNorm();
 };
 
 void TestCharts::spreadBandByHand()
@@ -89,6 +90,45 @@ void TestCharts::asyncLossChartDrawsTheBand()
     charts.refresh();
     for (int i = 0; i < loss->graphCount(); ++i)
         QVERIFY(!loss->graph(i)->name().contains(QStringLiteral("lowest to highest")));
+}
+
+// The batch norm chart is among the charts only while a run shown has batch norm, and then
+// draws each worker's divergence as recorded; asked for early, it comes forward with that run.
+void TestCharts::batchNormChartOnlyWithBatchNorm()
+{
+    RunConfig c;
+    c.workers = 2;
+    auto plain = std::make_shared<RunData>(c, QStringLiteral("plain"));
+    ChartsWidget charts;
+    charts.setRuns(plain, {});
+    auto names = [&] {
+        QStringList n;
+        for (const auto &[name, plot] : charts.plots())
+            n << name;
+        return n;
+    };
+    QVERIFY(!names().contains(QStringLiteral("batchnorm")));
+    QVERIFY(!charts.isTabVisible(5));
+    QVERIFY(charts.showChart(QStringLiteral("batchnorm"))); // known, comes when it applies
+    QVERIFY(!charts.showChart(QStringLiteral("nonsense")));
+
+    c.batchnorm = "local";
+    auto bn = std::make_shared<RunData>(c, QStringLiteral("bn"));
+    std::vector<Record> records;
+    for (int step = 0; step < 3; ++step)
+        for (int w = 0; w < 2; ++w)
+            records.push_back(Record::counterSample(w, CounterId::BnDivergence, std::uint32_t(step),
+                                                    1000 + 10 * step + w, 0.1 * (w + 1) * (step + 1)));
+    bn->append(records);
+    charts.setRuns(bn, {});
+    QVERIFY(names().contains(QStringLiteral("batchnorm")));
+    QVERIFY(charts.isTabVisible(5));
+    QCOMPARE(charts.currentIndex(), 5);
+    QCustomPlot *p = charts.batchNormPlot();
+    QCOMPARE(p->graphCount(), 2);
+    QCOMPARE(p->graph(1)->data()->size(), 3);
+    QCOMPARE((p->graph(1)->data()->constEnd() - 1)->value, 0.2 * 3);
+    QVERIFY(p->graph(0)->name().contains(QStringLiteral("local batch norm")));
 }
 
 QTEST_MAIN(TestCharts)

@@ -263,6 +263,7 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     m_staleness = makePlot(tr("Staleness"), QStringLiteral("staleness"));
     m_memory = makePlot(tr("Activation memory"), QStringLiteral("memory"));
     m_throughput = makePlot(tr("Throughput"), QStringLiteral("throughput"));
+    m_batchNorm = makePlot(tr("Batch norm"), QStringLiteral("batchnorm"));
 
     // Loss tab: the plot with its options above it.
     auto *lossPage = new QWidget;
@@ -311,15 +312,19 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     addTab(stalenessPage, tr("Staleness"));
     addTab(m_memory, tr("Activation memory"));
     addTab(m_throughput, tr("Throughput"));
+    addTab(m_batchNorm, tr("Batch norm"));
+    setTabVisible(5, false);
     for (int i = 0; i < count(); ++i)
         setTabToolTip(i, metricHelp(QStringList{QStringLiteral("loss"), QStringLiteral("stalls"),
                                                 QStringLiteral("staleness"), QStringLiteral("memory"),
-                                                QStringLiteral("throughput")}[i]));
+                                                QStringLiteral("throughput"), QStringLiteral("batchnorm")}[i]));
     setupChart(m_loss, tr("Training loss"), tr("step"), tr("loss"));
     setupChart(m_stalls, tr("Barrier stalls per step"), tr("step"), tr("wait (ms)"));
     setupChart(m_staleness, tr("Gradient staleness"), tr("staleness (updates)"), tr("updates"));
     setupChart(m_memory, tr("Peak activation memory per step"), tr("step"), tr("activations (KiB)"));
     setupChart(m_throughput, tr("Throughput"), tr("run time (s)"), tr("samples / s"));
+    setupChart(m_batchNorm, tr("Divergence of the workers' batch norm running statistics"), tr("step"),
+               tr("distance from the mean (relative)"));
     refresh();
 }
 
@@ -331,13 +336,41 @@ bool ChartsWidget::eventFilter(QObject *watched, QEvent *event)
     return QTabWidget::eventFilter(watched, event);
 }
 
-std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::plots() const
+std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::allPlots() const
 {
     return {{QStringLiteral("loss"), m_loss},
             {QStringLiteral("stalls"), m_stalls},
             {QStringLiteral("staleness"), m_staleness},
             {QStringLiteral("memory"), m_memory},
-            {QStringLiteral("throughput"), m_throughput}};
+            {QStringLiteral("throughput"), m_throughput},
+            {QStringLiteral("batchnorm"), m_batchNorm}};
+}
+
+std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::plots() const
+{
+    auto all = allPlots();
+    if (!showsBatchNorm())
+        all.pop_back();
+    return all;
+}
+
+bool ChartsWidget::showChart(const QString &name)
+{
+    const auto all = allPlots();
+    for (std::size_t i = 0; i < all.size(); ++i)
+        if (all[i].first == name) {
+            m_wantBatchNorm = all[i].second == m_batchNorm && !showsBatchNorm();
+            if (!m_wantBatchNorm)
+                setCurrentIndex(int(i));
+            return true;
+        }
+    return false;
+}
+
+bool ChartsWidget::showsBatchNorm() const
+{
+    auto bn = [](const RunDataPtr &r) { return r && !r->imported() && r->config().batchnorm != "none"; };
+    return bn(m_current) || std::any_of(m_compare.begin(), m_compare.end(), bn);
 }
 
 void ChartsWidget::setLossAgainstTime(bool time) { m_lossAxis->setCurrentIndex(time ? 1 : 0); }
@@ -358,7 +391,12 @@ void ChartsWidget::setRuns(RunDataPtr current, std::vector<RunDataPtr> compare)
 
 void ChartsWidget::rebuild()
 {
-    for (auto &[name, plot] : plots()) {
+    setTabVisible(5, showsBatchNorm());
+    if (m_wantBatchNorm && showsBatchNorm()) {
+        m_wantBatchNorm = false;
+        setCurrentIndex(5);
+    }
+    for (auto &[name, plot] : allPlots()) {
         plot->clearGraphs();
         plot->clearPlottables();
     }
@@ -368,7 +406,7 @@ void ChartsWidget::rebuild()
 void ChartsWidget::setPresentationScale(double scale)
 {
     m_scale = scale;
-    for (auto &[name, plot] : plots()) {
+    for (auto &[name, plot] : allPlots()) {
         const QFont f = font();
         for (QCPAxis *a : {plot->xAxis, plot->yAxis, plot->yAxis2}) {
             a->setLabelFont(f);
@@ -392,6 +430,7 @@ void ChartsWidget::refresh()
     fillStaleness();
     fillMemory();
     fillThroughput();
+    fillBatchNorm();
     const bool haveRun = m_current || !m_compare.empty();
     const bool running = m_current && m_current->state == RunState::Running;
     for (auto &[name, plot] : plots()) {
@@ -922,6 +961,41 @@ void ChartsWidget::fillMemory()
     }
     p->rescaleAxes();
     p->yAxis->setRange(0, p->yAxis->range().upper * 1.15);
+}
+
+void ChartsWidget::fillBatchNorm()
+{
+    QCustomPlot *p = m_batchNorm;
+    GraphSlots slots_(p, m_scale);
+    auto graph = [&](const QString &name, QColor c, double width) { return slots_.next(name, c, width); };
+    auto bn = [](const RunData &r) { return !r.imported() && r.config().batchnorm != "none"; };
+    if (m_current && bn(*m_current)) {
+        const RunData &run = *m_current;
+        for (int w = 0; w < run.workers(); ++w) {
+            QVector<double> x, y;
+            for (const auto &pt : run.counter(CounterId::BnDivergence, w)) {
+                x.push_back(double(pt.step));
+                y.push_back(pt.value);
+            }
+            graph(tr("worker %1 (%2, %3 batch norm)").arg(w).arg(modeLabel(run), QString::fromStdString(run.config().batchnorm)),
+                  seriesColor(w), kWorkerLine)
+                ->setData(x, y, true);
+        }
+    }
+    for (std::size_t i = 0; i < m_compare.size(); ++i) {
+        const RunData &run = *m_compare[i];
+        if (!bn(run))
+            continue;
+        QVector<double> steps, t, v;
+        meanPerStep(run, CounterId::BnDivergence, steps, t, v);
+        QCPGraph *g = graph(tr("%1: %2 batch norm").arg(run.label(), QString::fromStdString(run.config().batchnorm)),
+                            runColor(int(i)), 2.5);
+        g->setPen(QPen(runColor(int(i)), 2.5 * m_scale, runStyle(int(i))));
+        g->setData(steps, v, true);
+    }
+    p->rescaleAxes();
+    // Sync batch norm's divergence is exactly 0: a flat line on the axis, with room above it.
+    p->yAxis->setRange(0, std::max(1e-3, p->yAxis->range().upper * 1.15));
 }
 
 void ChartsWidget::fillThroughput()

@@ -33,7 +33,13 @@ public:
     QCustomPlot *stalenessPlot() const { return m_staleness; }
     QCustomPlot *memoryPlot() const { return m_memory; }
     QCustomPlot *throughputPlot() const { return m_throughput; }
+    QCustomPlot *batchNormPlot() const { return m_batchNorm; }
+    // The charts that apply to the runs shown, by name, in tab order (the batch norm chart only
+    // while a run shown has batch norm).
     std::vector<std::pair<QString, QCustomPlot *>> plots() const;
+    // Brings the named chart's tab forward (the batch norm chart as soon as a run with batch
+    // norm is shown); false for an unknown name.
+    bool showChart(const QString &name);
 
     // Loss options.
     void setLossAgainstTime(bool time);
@@ -56,15 +62,19 @@ private:
     void fillStaleness();
     void fillMemory();
     void fillThroughput();
+    void fillBatchNorm();
+    bool showsBatchNorm() const;
+    std::vector<std::pair<QString, QCustomPlot *>> allPlots() const;
 
     RunDataPtr m_current;
     std::vector<RunDataPtr> m_compare;
-    QCustomPlot *m_loss, *m_stalls, *m_staleness, *m_memory, *m_throughput;
+    QCustomPlot *m_loss, *m_stalls, *m_staleness, *m_memory, *m_throughput, *m_batchNorm;
     QComboBox *m_lossAxis;
     QSpinBox *m_smoothing;
     QCheckBox *m_logLoss;
     QCheckBox *m_splitStaleness;
     double m_scale = 1.0;
+    bool m_wantBatchNorm = false; // asked for before a run with batch norm was shown
 };
 
 // Title row and styling shared by every chart (and used by exports).

@@ -75,7 +75,8 @@ std::vector<std::pair<QString, QString>> MainWindow::viewHelp()
             {QStringLiteral("loss"), QObject::tr("Loss")},         {QStringLiteral("stalls"), QObject::tr("Stalls")},
             {QStringLiteral("staleness"), QObject::tr("Staleness")},
             {QStringLiteral("memory"), QObject::tr("Activation memory")},
-            {QStringLiteral("throughput"), QObject::tr("Throughput")}};
+            {QStringLiteral("throughput"), QObject::tr("Throughput")},
+            {QStringLiteral("batchnorm"), QObject::tr("Batch norm")}};
 }
 
 QString MainWindow::helpParagraph(const QString &key)
@@ -600,13 +601,7 @@ void MainWindow::setCompared(const RunDataPtr &run, bool on)
 
 bool MainWindow::showChart(const QString &name)
 {
-    const auto plots = m_charts->plots();
-    for (std::size_t i = 0; i < plots.size(); ++i)
-        if (plots[i].first == name) {
-            m_charts->setCurrentIndex(int(i));
-            return true;
-        }
-    return false;
+    return m_charts->showChart(name);
 }
 
 void MainWindow::addRunToList(const RunDataPtr &run)

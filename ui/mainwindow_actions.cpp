@@ -115,7 +115,8 @@ void MainWindow::createActions()
     exportTimeline->setShortcut(QKeySequence(tr("Ctrl+E")));
     QAction *exportChart = file->addAction(tr("Export &Chart..."), this, [this] {
         const QStringList names = {QStringLiteral("loss"), QStringLiteral("stalls"), QStringLiteral("staleness"),
-                                   QStringLiteral("memory"), QStringLiteral("throughput")};
+                                   QStringLiteral("memory"), QStringLiteral("throughput"),
+                                   QStringLiteral("batchnorm")};
         exportDialog(names.value(m_charts->currentIndex()));
     });
     exportChart->setShortcut(QKeySequence(tr("Ctrl+Shift+E")));

@@ -153,6 +153,12 @@ QString metricHelp(const QString &metric)
         {QStringLiteral("memory"),
          QStringLiteral("Peak activation bytes a worker's model held during each step: the "
                         "buffers really held, so checkpointing's saving is measured.")},
+        {QStringLiteral("batchnorm"),
+         QStringLiteral("Batch norm: how far each worker's running statistics (the mean and "
+                        "variance evaluation normalises by) are from the mean of all workers' "
+                        "(async: from the server's copy), as the L2 norm of the difference over "
+                        "the L2 norm of the mean. Local batch norm lets each worker's drift with "
+                        "its own shard; sync batch norm keeps every replica's identical (0).")},
         {QStringLiteral("throughput"),
          QStringLiteral("Training samples processed per second by all workers together, over "
                         "half-second windows.")},
