@@ -72,6 +72,7 @@ private Q_SLOTS:
     void checkpointingComparesOnlyTheSameModel();
     void backupWorkersComparesWithTheStraggler();
     void inputBoundComparesWithoutPrefetch();
+    void batchNormComparesWithSync();
     void comparisonListsEveryRun();
     void stoppedRunSaysSo();
     void missingFieldsDoNotCrash_data();
@@ -344,6 +345,35 @@ void TestLesson::inputBoundComparesWithoutPrefetch()
     QVERIFY2(t.contains(QStringLiteral("no comparison")) && !t.contains(number(15754)), qPrintable(t));
 }
 
+void TestLesson::batchNormComparesWithSync()
+{
+    const RunConfig c = presetConfig("batchnorm-local-vs-sync");
+    QCOMPARE(c.batchnorm, std::string("local"));
+    const json s = {{"status", "finished"}, {"steps_completed", 300}, {"wall_s", 1.2}, {"samples_per_s", 8000.0},
+                    {"final_eval_loss", 0.04609}, {"final_eval_accuracy", 0.996}};
+    RunConfig sc = c;
+    sc.batchnorm = "sync";
+    const LessonRun sync{{{"status", "finished"}, {"steps_completed", 300}, {"wall_s", 2.4}, {"samples_per_s", 6000.0},
+                          {"final_eval_loss", 0.04567}, {"final_eval_accuracy", 0.997}},
+                         sc, {}};
+    QString t = batchNormFigures({s, c, {}}, &sync);
+    QVERIFY2(t.contains(QStringLiteral("<b>local</b> batch norm (4 workers of 8 samples) the held-out loss ended at <b>") +
+                        QLocale().toString(0.0461, 'f', 4)), qPrintable(t));
+    QVERIFY2(t.contains(QStringLiteral("its own 8 samples, not of the step's 32")), qPrintable(t));
+    QVERIFY2(t.contains(QStringLiteral("held-out loss of <b>") + QLocale().toString(0.0457, 'f', 4)), qPrintable(t));
+    QVERIFY2(t.contains(number(6000) + QStringLiteral(" samples/s against ") + number(8000) +
+                        QStringLiteral(" with local statistics (75%)")), qPrintable(t));
+    // The sync run on its own; a second run that changed the batch too; a run with no batch norm.
+    QVERIFY(batchNormFigures(sync).contains(QStringLiteral("same running statistics")));
+    RunConfig other = sc;
+    other.batch = 16;
+    const LessonRun unfair{sync.summary, other, {}};
+    QVERIFY(batchNormFigures({s, c, {}}, &unfair).contains(QStringLiteral("no comparison")));
+    RunConfig none = c;
+    none.batchnorm = "none";
+    QVERIFY(batchNormFigures({s, none, {}}).contains(QStringLiteral("had no batch norm")));
+}
+
 void TestLesson::comparisonListsEveryRun()
 {
     const LessonRun base{baselineSummary(), presetConfig("default"), {}};
@@ -397,7 +427,7 @@ void TestLesson::missingFieldsDoNotCrash()
     const LessonRun b{s, presetConfig("default"), {}}, ss{s, presetConfig("straggler-sync"), {}},
         sa{s, presetConfig("straggler-async"), {1.0}}, bs{s, presetConfig("bounded-staleness"), {}},
         ck{s, presetConfig("checkpointing"), {}}, bw{s, presetConfig("backup-workers"), {}},
-        ib{s, presetConfig("input-bound"), {}};
+        ib{s, presetConfig("input-bound"), {}}, bn{s, presetConfig("batchnorm-local-vs-sync"), {}};
     const QStringList texts{baselineFigures(b),
                             stragglerSyncFigures(ss, &b),
                             stragglerAsyncFigures(sa, &ss, &b),
@@ -405,6 +435,7 @@ void TestLesson::missingFieldsDoNotCrash()
                             checkpointingFigures(ck, &ck, &b),
                             backupWorkersFigures(bw, &ss),
                             inputBoundFigures(ib, &ib),
+                            batchNormFigures(bn, &bn),
                             comparisonFigures({{QStringLiteral("a"), &b}, {QStringLiteral("b"), &ss}})};
     static const QRegularExpression notANumber(QStringLiteral("\\b(nan|inf)\\b"), QRegularExpression::CaseInsensitiveOption);
     for (const QString &t : texts)

@@ -219,6 +219,8 @@ QString LessonPanel::figures(int step) const
         return html + backupWorkersFigures(*r[step], r[StragglerSync]);
     case InputBound:
         return html + inputBoundFigures(*r[step], v[InputBound]);
+    case BatchNorm:
+        return html + batchNormFigures(*r[step], v[BatchNorm]);
     default:
         return html;
     }

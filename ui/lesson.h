@@ -32,7 +32,7 @@ LessonRun lessonRun(const RunData &run);
 
 // The steps, in order (indices of lessonSteps()).
 namespace lessonstep {
-enum : int { Baseline, StragglerSync, StragglerAsync, Bounded, Checkpointing, BackupWorkers, InputBound, Comparison };
+enum : int { Baseline, StragglerSync, StragglerAsync, Bounded, Checkpointing, BackupWorkers, InputBound, BatchNorm, Comparison };
 }
 
 struct LessonStep {
@@ -62,6 +62,8 @@ QString checkpointingFigures(const LessonRun &run, const LessonRun *plain = null
 QString backupWorkersFigures(const LessonRun &run, const LessonRun *syncStraggler = nullptr);
 // noPrefetch: the same config with data.prefetch = 0 (the step's variant).
 QString inputBoundFigures(const LessonRun &run, const LessonRun *noPrefetch = nullptr);
+// syncBn: the same config with model.batchnorm = sync (the step's variant).
+QString batchNormFigures(const LessonRun &run, const LessonRun *syncBn = nullptr);
 // One line per run (label, run), then what the throughputs say, where the runs allow it.
 QString comparisonFigures(const std::vector<std::pair<QString, const LessonRun *>> &runs);
 // Paragraphs as rich text (empty ones left out), and a run's "N steps in T s, R samples/s.".

@@ -615,6 +615,57 @@ QString inputBoundFigures(const LessonRun &run, const LessonRun *noPrefetch)
     return joined(p << offCpuNote(s) << missingNote(p));
 }
 
+QString batchNormFigures(const LessonRun &run, const LessonRun *syncBn)
+{
+    const json &s = run.summary;
+    const RunConfig &c = run.config;
+    QStringList p{statusNote(s), runLine(s)};
+    if (c.batchnorm == "none") {
+        p << QObject::tr("This run had no batch norm (model.batchnorm is none in its configuration).");
+        return joined(p << missingNote(p));
+    }
+    const auto acc = num(s, "final_eval_accuracy"), loss = num(s, "final_eval_loss");
+    if (loss)
+        p << QObject::tr("With <b>%1</b> batch norm (%2 workers of %3 samples) the held-out loss ended at <b>%4</b>%5.")
+                 .arg(QString::fromStdString(c.batchnorm))
+                 .arg(c.workers)
+                 .arg(c.batch)
+                 .arg(fixed(*loss, 4))
+                 .arg(acc && c.classification() ? QObject::tr(", accuracy %1").arg(pct(*acc)) : QString());
+    if (c.batchnorm == "local")
+        p << QObject::tr("Each worker normalised by the statistics of its own %1 samples, not of the step's %2: "
+                         "the Batch norm chart shows how far each worker's running statistics stray from the "
+                         "mean of all of them.")
+                 .arg(c.batch)
+                 .arg(c.batch * c.workers);
+    else
+        p << QObject::tr("Every worker normalised by the statistics of all %1 samples of the step, so every "
+                         "replica holds the same running statistics (the Batch norm chart lies on 0).")
+                 .arg(c.batch * c.workers);
+    const bool fair = syncBn && syncBn->config.batchnorm == "sync" && c.batchnorm == "local" &&
+                      sameModel(c, syncBn->config) && syncBn->config.workers == c.workers &&
+                      syncBn->config.batch == c.batch;
+    if (fair) {
+        const json &q = syncBn->summary;
+        if (const auto qLoss = num(q, "final_eval_loss"); qLoss && loss)
+            p << QObject::tr("With <b>sync</b> batch norm the same run ended at a held-out loss of <b>%1</b>%2, "
+                             "against %3 with local statistics.")
+                     .arg(fixed(*qLoss, 4))
+                     .arg([&] {
+                         const auto qAcc = num(q, "final_eval_accuracy");
+                         return qAcc && c.classification() ? QObject::tr(" (accuracy %1)").arg(pct(*qAcc)) : QString();
+                     }())
+                     .arg(fixed(*loss, 4));
+        if (const auto r = num(s, "samples_per_s"), b = num(q, "samples_per_s"); r && b && *r > 0)
+            p << QObject::tr("The price of sync: all workers meet inside every forward and backward pass; it ran at "
+                             "%1 samples/s against %2 with local statistics (%3).")
+                     .arg(rate(*b), rate(*r), pct(*b / *r));
+    } else if (syncBn) {
+        p << QObject::tr("The second run differs in more than model.batchnorm: no comparison.");
+    }
+    return joined(p << offCpuNote(s) << missingNote(p));
+}
+
 const std::vector<LessonStep> &lessonSteps()
 {
     static const std::vector<LessonStep> steps = [] {
@@ -664,6 +715,15 @@ const std::vector<LessonStep> &lessonSteps()
                                  "the start of each step: the batch was not ready yet. No barrier is involved; the data "
                                  "is the bottleneck. Then run it without prefetching and compare samples/s."),
                      QObject::tr("Run without prefetch"), QStringLiteral("input-bound no prefetch"), json{{"data.prefetch", 0}}});
+        s.push_back({QStringLiteral("batchnorm-local-vs-sync"), QObject::tr("Batch norm"), QObject::tr("Batch norm: each worker's statistics or the step's"),
+                     QObject::tr("Four workers of 8 samples with a batch norm layer after each hidden layer, each "
+                                 "normalising by its own 8 samples (local). On the <b>Batch norm</b> chart, look at "
+                                 "how far each worker's running statistics drift from the others'. Then run it with "
+                                 "sync batch norm: the workers all-reduce their statistics inside every forward and "
+                                 "backward pass (short <b>reduce</b> spans within them), which makes them one batch "
+                                 "of 32, and compare the held-out loss and samples/s."),
+                     QObject::tr("Run with sync batch norm"), QStringLiteral("batchnorm-local-vs-sync sync"),
+                     json{{"model.batchnorm", "sync"}}});
         s.push_back({QString(), QObject::tr("Compare the runs"), QObject::tr("Compare the runs"),
                      QObject::tr("All the runs side by side (Run &gt; Compare Runs): samples/s, the share of time "
                                  "spent waiting and off the CPU, staleness, memory and recompute, ready to copy as CSV "
