@@ -14,6 +14,7 @@
 #include <barrier>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <thread>
 
 using namespace syncopate;
@@ -582,9 +583,16 @@ void TestBatchNorm::syncEqualsOneBigBatch()
         std::vector<int> calls(static_cast<std::size_t>(workers));
         ThreadReducer group(workers);
         std::barrier<> stepDone(workers);
+        // Built here, one after another, as the engine builds its replicas: oneDNN's primitive
+        // cache is not for concurrent construction (ThreadSanitizer sees its writes race).
+        std::vector<std::unique_ptr<CpuDevice>> devices;
+        std::vector<std::unique_ptr<Model>> models;
+        for (int w = 0; w < workers; ++w) {
+            devices.push_back(std::make_unique<CpuDevice>());
+            models.push_back(std::make_unique<Model>(*devices.back(), spec, batch));
+        }
         runThreads(workers, [&](int w) {
-            CpuDevice dev;
-            Model m(dev, spec, batch);
+            Model &m = *models[std::size_t(w)];
             ThreadReducer::Handle handle(group, w);
             if (sync)
                 m.setBatchNormReducer(&handle);
@@ -647,10 +655,15 @@ void TestBatchNorm::reduceIsRecorded()
     ThreadReducer group(workers);
     RunClock clock;
     std::vector<RecordRing> rings(static_cast<std::size_t>(workers));
+    std::vector<std::unique_ptr<CpuDevice>> devices; // built here: see syncEqualsOneBigBatch
+    std::vector<std::unique_ptr<Model>> models;
+    for (int w = 0; w < workers; ++w) {
+        devices.push_back(std::make_unique<CpuDevice>());
+        models.push_back(std::make_unique<Model>(*devices.back(), spec, batch));
+        models.back()->setParams(Model::initialParams(spec, 2));
+    }
     runThreads(workers, [&](int w) {
-        CpuDevice dev;
-        Model m(dev, spec, batch);
-        m.setParams(Model::initialParams(spec, 2));
+        Model &m = *models[std::size_t(w)];
         ThreadReducer::Handle handle(group, w);
         m.setBatchNormReducer(&handle);
         Recorder rec(w, clock, rings[std::size_t(w)]);
