@@ -313,11 +313,10 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
     addTab(m_memory, tr("Activation memory"));
     addTab(m_throughput, tr("Throughput"));
     addTab(m_batchNorm, tr("Batch norm"));
-    setTabVisible(5, false);
+    setTabVisible(indexOf(m_batchNorm), false);
+    const auto all = allPlots(); // in tab order
     for (int i = 0; i < count(); ++i)
-        setTabToolTip(i, metricHelp(QStringList{QStringLiteral("loss"), QStringLiteral("stalls"),
-                                                QStringLiteral("staleness"), QStringLiteral("memory"),
-                                                QStringLiteral("throughput"), QStringLiteral("batchnorm")}[i]));
+        setTabToolTip(i, metricHelp(all[std::size_t(i)].first));
     setupChart(m_loss, tr("Training loss"), tr("step"), tr("loss"));
     setupChart(m_stalls, tr("Barrier stalls per step"), tr("step"), tr("wait (ms)"));
     setupChart(m_staleness, tr("Gradient staleness"), tr("staleness (updates)"), tr("updates"));
@@ -352,6 +351,13 @@ std::vector<std::pair<QString, QCustomPlot *>> ChartsWidget::plots() const
     if (!showsBatchNorm())
         all.pop_back();
     return all;
+}
+
+QString ChartsWidget::currentChartName() const
+{
+    const auto all = allPlots(); // in tab order
+    const int i = currentIndex();
+    return i >= 0 && i < int(all.size()) ? all[std::size_t(i)].first : QString();
 }
 
 bool ChartsWidget::showChart(const QString &name)
@@ -391,10 +397,10 @@ void ChartsWidget::setRuns(RunDataPtr current, std::vector<RunDataPtr> compare)
 
 void ChartsWidget::rebuild()
 {
-    setTabVisible(5, showsBatchNorm());
+    setTabVisible(indexOf(m_batchNorm), showsBatchNorm());
     if (m_wantBatchNorm && showsBatchNorm()) {
         m_wantBatchNorm = false;
-        setCurrentIndex(5);
+        setCurrentWidget(m_batchNorm);
     }
     for (auto &[name, plot] : allPlots()) {
         plot->clearGraphs();

@@ -40,6 +40,8 @@ public:
     // Brings the named chart's tab forward (the batch norm chart as soon as a run with batch
     // norm is shown); false for an unknown name.
     bool showChart(const QString &name);
+    // The name of the chart whose tab is current (plots()' names).
+    QString currentChartName() const;
 
     // Loss options.
     void setLossAgainstTime(bool time);

@@ -113,12 +113,8 @@ void MainWindow::createActions()
     file->addSeparator();
     QAction *exportTimeline = file->addAction(tr("Export &Timeline..."), this, [this] { exportDialog(QStringLiteral("timeline")); });
     exportTimeline->setShortcut(QKeySequence(tr("Ctrl+E")));
-    QAction *exportChart = file->addAction(tr("Export &Chart..."), this, [this] {
-        const QStringList names = {QStringLiteral("loss"), QStringLiteral("stalls"), QStringLiteral("staleness"),
-                                   QStringLiteral("memory"), QStringLiteral("throughput"),
-                                   QStringLiteral("batchnorm")};
-        exportDialog(names.value(m_charts->currentIndex()));
-    });
+    QAction *exportChart = file->addAction(tr("Export &Chart..."), this,
+                                           [this] { exportDialog(m_charts->currentChartName()); });
     exportChart->setShortcut(QKeySequence(tr("Ctrl+Shift+E")));
     file->addAction(tr("Export Trace &JSON..."), this, [this] { exportRunFile(QStringLiteral("trace.json")); });
     file->addAction(tr("Export &Metrics CSV..."), this, [this] { exportRunFile(QStringLiteral("metrics.csv")); });

@@ -31,7 +31,8 @@ InputPipeline::InputPipeline(const Dataset &data, const BatchSampler &sampler, i
       // Background work needs a thread besides this one: where the process may use one core
       // (an MPI rank bound to a core, taskset), oneTBB has no worker thread and a task would
       // run only when someone waits for the group, so batches are made on the worker's thread.
-      m_depth(tbb::this_task_arena::max_concurrency() > 1 ? std::max(0, depth) : 0), m_costNs(std::int64_t(costUs * 1000.0 * rows)),
+      m_depth(tbb::this_task_arena::max_concurrency() > 1 ? std::max(0, depth) : 0),
+      m_costNs(std::int64_t(costUs * 1000.0 * rows)),
       m_clock(clock), m_runStop(stop), m_slots(std::size_t(m_depth) + 1)
 {
     const std::size_t targets = data.classification ? 0 : std::size_t(rows) * data.outputs;

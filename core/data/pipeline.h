@@ -13,8 +13,6 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
-#include <memory>
-#include <mutex>
 #include <vector>
 
 namespace syncopate {

@@ -28,8 +28,7 @@ public:
                                                   n, float(e.m_config.lr),
                                                   float(e.m_config.momentum));
         m_done.assign(std::size_t(e.m_config.workers), 0);
-        m_bn = e.m_config.batchnorm != "none";
-        if (m_bn)
+        if (e.m_config.batchnorm != "none")
             m_bnServer = Model::initialRunningStats(e.m_workers.front()->model->spec());
     }
 
@@ -68,7 +67,7 @@ public:
         std::copy(params.begin(), params.end(), w0.snapshot.begin());
         try {
             e.evaluate(w0, e.m_progress.load(), w0.snapshot.data(), e.m_progress.load(),
-                       m_bn ? m_bnServer.data() : nullptr);
+                       batchNorm() ? m_bnServer.data() : nullptr);
         } catch (const std::exception &ex) {
             e.fail(0, e.m_progress.load(), Phase::Eval, ex.what());
         }
@@ -143,7 +142,7 @@ private:
         e.computeStep(w, step);
         if (e.stopping())
             return false;
-        if (m_bn) { // off the server's lock: what the push hands over besides the gradient
+        if (batchNorm()) { // off the server's lock: what the push hands over besides the gradient
             w.model->batchStatsToHost(w.bnBatch.data());
             w.model->runningStatsToHost(w.bnOwn.data());
         }
@@ -173,12 +172,13 @@ private:
             w.rec.span(Phase::Push, s32, t0, w.rec.now(), double(staleness));
             w.rec.counter(CounterId::Staleness, s32, double(staleness));
             w.rec.counter(CounterId::Version, s32, double(version));
-            if (m_bn) {
+            if (batchNorm()) {
                 // The server's running statistics take the same momentum step with each pushed
                 // batch's statistics, in push order: what one replica would hold had it seen
                 // the batches the master parameters were updated with.
                 for (std::size_t i = 0; i < m_bnServer.size(); ++i)
-                    m_bnServer[i] = (1.0f - kBnMomentum) * m_bnServer[i] + kBnMomentum * w.bnBatch[i];
+                    m_bnServer[i] = (1.0f - kBatchNormMomentum) * m_bnServer[i] +
+                                    kBatchNormMomentum * w.bnBatch[i];
                 w.rec.counter(CounterId::BnDivergence, s32,
                               relativeDistance(w.bnOwn.data(), m_bnServer.data(), m_bnServer.size()));
             }
@@ -191,7 +191,7 @@ private:
             m_cv.notify_all();
         }
         if (evalDue)
-            e.evaluate(w, version, w.snapshot.data(), version, m_bn ? w.bnSnapshot.data() : nullptr);
+            e.evaluate(w, version, w.snapshot.data(), version, batchNorm() ? w.bnSnapshot.data() : nullptr);
         return !e.stopping();
     }
 
@@ -204,10 +204,10 @@ private:
     std::int64_t m_version = 0;
     std::vector<std::int64_t> m_done; // updates pushed per worker
     std::size_t m_scriptPos = 0;
-    // Batch norm: the server's running statistics (guarded by m_mutex), what evaluation uses.
-    bool m_bn = false;
+    // Batch norm: the server's running statistics (guarded by m_mutex), what evaluation uses;
+    // empty without batch norm.
     std::vector<float> m_bnServer;
-    static constexpr float kBnMomentum = 0.1f; // torch.nn.BatchNorm1d's
+    bool batchNorm() const { return !m_bnServer.empty(); }
 };
 
 std::unique_ptr<Strategy> makeAsyncStrategy(Engine &engine)

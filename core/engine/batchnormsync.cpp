@@ -56,8 +56,9 @@ double relativeDistance(const float *own, const float *reference, std::size_t n)
 {
     double diff = 0, norm = 0;
     for (std::size_t i = 0; i < n; ++i) {
-        diff += std::pow(double(own[i]) - reference[i], 2);
-        norm += std::pow(double(reference[i]), 2);
+        const double d = double(own[i]) - reference[i];
+        diff += d * d;
+        norm += double(reference[i]) * reference[i];
     }
     return norm > 0 ? std::sqrt(diff / norm) : 0.0;
 }
@@ -67,20 +68,19 @@ RunningStatsBoard::RunningStatsBoard(int workers, std::size_t count)
 {
 }
 
-float *RunningStatsBoard::slot(int local, std::int64_t step)
+std::size_t RunningStatsBoard::offset(int local, std::int64_t step) const
 {
-    return m_copies.data() +
-           (std::size_t(step & 1) * std::size_t(m_workers) + std::size_t(local)) * m_count;
+    return (std::size_t(step & 1) * std::size_t(m_workers) + std::size_t(local)) * m_count;
 }
 
 void RunningStatsBoard::publish(int local, std::int64_t step, const Model &model)
 {
-    model.runningStatsToHost(slot(local, step));
+    model.runningStatsToHost(m_copies.data() + offset(local, step));
 }
 
 const float *RunningStatsBoard::stats(int local, std::int64_t step) const
 {
-    return m_copies.data() + (std::size_t(step & 1) * std::size_t(m_workers) + std::size_t(local)) * m_count;
+    return m_copies.data() + offset(local, step);
 }
 
 double RunningStatsBoard::divergence(int local, std::int64_t step) const
@@ -92,7 +92,8 @@ double RunningStatsBoard::divergence(int local, std::int64_t step) const
         for (int w = 0; w < m_workers; ++w)
             mean += stats(w, step)[i];
         mean /= m_workers;
-        diff += std::pow(double(own[i]) - mean, 2);
+        const double d = double(own[i]) - mean;
+        diff += d * d;
         norm += mean * mean;
     }
     return norm > 0 ? std::sqrt(diff / norm) : 0.0;

@@ -45,7 +45,7 @@ public:
     double divergence(int local, std::int64_t step) const;
 
 private:
-    float *slot(int local, std::int64_t step);
+    std::size_t offset(int local, std::int64_t step) const; // of (parity, worker) in m_copies
     int m_workers;
     std::size_t m_count;
     std::vector<float> m_copies; // [parity][worker][count]

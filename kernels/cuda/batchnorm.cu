@@ -9,10 +9,6 @@ namespace {
 constexpr int kColumns = 32;
 constexpr int kRowGroups = 8;
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);              \
-         i += std::size_t(blockDim.x) * gridDim.x)
-
 // out[c] = sum_r (x[r,c] - sum[c] * invCount)^2
 __global__ void centeredSquaresKernel(const float *x, const float *sum, float invCount, int rows,
                                       int cols, float *out)

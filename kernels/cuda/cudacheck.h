@@ -30,6 +30,11 @@ inline unsigned gridFor(std::size_t n, unsigned block = 256)
     return unsigned(blocks < 65536 ? (blocks ? blocks : 1) : 65536);
 }
 
+// Inside a kernel launched with gridFor(n): i runs over this thread's share of [0, n).
+#define GRID_STRIDE(i, n)                                                                          \
+    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);              \
+         i += std::size_t(blockDim.x) * gridDim.x)
+
 // Grow-only device scratch, in separate slots so two can be used at once.
 class Scratch {
 public:

@@ -7,10 +7,6 @@ namespace {
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);              \
-         i += std::size_t(blockDim.x) * gridDim.x)
-
 __global__ void fillKernel(float *dst, float value, std::size_t n)
 {
     GRID_STRIDE(i, n) dst[i] = value;

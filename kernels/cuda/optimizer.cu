@@ -4,10 +4,6 @@
 namespace syncopate::cuda {
 namespace {
 
-#define GRID_STRIDE(i, n)                                                                          \
-    for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);              \
-         i += std::size_t(blockDim.x) * gridDim.x)
-
 __global__ void sgdKernel(float *param, const float *grad, float lr, std::size_t n)
 {
     GRID_STRIDE(i, n) param[i] -= lr * grad[i];
