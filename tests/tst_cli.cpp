@@ -162,7 +162,7 @@ void TestCli::importWritesARunFolder()
     const QStringList lines = QString::fromUtf8(csv.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
     QCOMPARE(lines.size(), 5); // header, two ranks by two steps
     QVERIFY(lines[0].startsWith(QStringLiteral("worker,step,t_ms,step_ms,wait_ms")));
-    for (const char *f : {"timeline.png", "stalls.png", "trace.json", "index.syi", "w1-comm.syr"})
+    for (const char *f : {"timeline.png", "stalls.png", "trace.json", "index.syi", "w1-s1.syr"}) // stream 13, NCCL
         QVERIFY2(QFile::exists(out + QLatin1Char('/') + QLatin1String(f)), f);
     // The folder reads back as any run does.
     std::unique_ptr<QProcess> info(start({QStringLiteral("info"), out}));

@@ -1,8 +1,11 @@
 // The PyTorch profiler importer: small traces written here with known steps, kernels, stalls,
 // a known straggler and known clock offsets, each figure checked against the value the trace
-// was built to have; every kind of bad input rejected with the file named; and the real Kineto
-// traces in tests/data/kineto checked against figures computed here from a plain JSON parse.
+// was built to have; every kind of bad input rejected with the file named; the run folder's rows
+// (one per GPU stream, one per CPU thread) against counts from the trace's own JSON; and the
+// real Kineto traces in tests/data/kineto checked against figures computed here from a plain
+// JSON parse.
 #include "kineto.h"
+#include "runstore.h"
 
 #include <QDir>
 #include <QTemporaryDir>
@@ -10,9 +13,13 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -53,13 +60,14 @@ struct RankSpec {
     std::vector<long long> steps = {5, 6, 7};
     bool withSeq = false;
     std::vector<Coll> colls; // replaces the default collective {"0", k, 60 ms + late, 70 ms}
+    long long ncclStream = 20; // the j-th collective's kernels run on stream ncclStream + j
 };
 
 // One rank's trace. Each step s (100 ms apart, window [s, s+99 ms]) holds, in ms from s:
 // forward annotation [1,30] on thread 10 with cpu ops linear [2,4] (addmm [2.5,3.5] nested) and
 // launches of gemm_fwd [5,15] (stream 7) and relu_fwd [10,20] (stream 8); on thread 11 the
 // autograd op [35,58] launching gemm_bwd [40,50]; record_param_comms calls at [52+j, 52.5+j]
-// launching the NCCL kernels on stream 20+j; Optimizer.step [75,85] with add_ [76,77] launching
+// launching the NCCL kernels on stream ncclStream+j (20+j); Optimizer.step [75,85] with add_ [76,77] launching
 // sgd [80,82]; a memcpy [87,88]; a launch at 98 of a kernel that runs [100.2,100.8], after the
 // window. Compute union per step 15+10+2+1+0.6 = 28.6 ms.
 std::string makeRank(const RankSpec &r)
@@ -109,7 +117,7 @@ std::string makeRank(const RankSpec &r)
             if (r.withSeq)
                 args += ", \"Process Group Name\": \"" + c.pg + "\", \"Seq\": " + std::to_string(c.seq);
             x("cpu_op", "record_param_comms", cpu, 11, at, at + kMs / 2, args + "}");
-            launch(11, at + kMs / 10, 20 + long(j), s + c.start, s + c.end,
+            launch(11, at + kMs / 10, r.ncclStream + long(j), s + c.start, s + c.end,
                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)");
         }
         x("user_annotation", "Optimizer.step#SGD.step", cpu, 10, s + 75 * kMs, s + 85 * kMs);
@@ -211,6 +219,144 @@ bool has(const std::string &s, const std::string &part) { return s.find(part) !=
 
 const std::string kData = SYNCOPATE_TEST_DATA "/kineto/";
 
+// A trace's rows as its JSON gives them, by the README's rules but not the importer's code:
+// spans per GPU stream (kernels, copies and sets whose launching runtime call, else own start,
+// lies in a ProfilerStep window; the whole trace when it has none) and per CPU thread
+// (top-level cpu_op events, one overlapping the previous one's end starting at that end, whose
+// start lies in a window).
+struct JsonRows {
+    std::map<long long, long long> streamSpans, threadSpans;
+    std::set<long long> ncclStreams;
+};
+
+// "ts": 12.345 becomes "ts": "12.345", so that the decimal microseconds parse to exact ns
+// (a double holds epoch microseconds to 0.25 us only, enough to flip which operator nests).
+std::string quoteTimes(const std::string &text)
+{
+    std::string out;
+    out.reserve(text.size() + text.size() / 16);
+    std::size_t at = 0;
+    for (std::size_t k = text.find('"'); k != std::string::npos; k = text.find('"', k + 1)) {
+        const bool ts = text.compare(k, 4, "\"ts\"") == 0, dur = text.compare(k, 5, "\"dur\"") == 0;
+        if (!ts && !dur)
+            continue;
+        std::size_t p = k + (ts ? 4 : 5);
+        while (p < text.size() && (text[p] == ' ' || text[p] == ':'))
+            ++p;
+        std::size_t q = p;
+        while (q < text.size() && (std::isdigit(static_cast<unsigned char>(text[q])) || text[q] == '.' || text[q] == '-'))
+            ++q;
+        if (q == p)
+            continue;
+        out.append(text, at, p - at).append("\"").append(text, p, q - p).append("\"");
+        at = q;
+        k = q - 1;
+    }
+    return out.append(text, at, std::string::npos);
+}
+
+// Decimal microseconds to ns, the fourth decimal rounding.
+Ns decimalNs(const std::string &s)
+{
+    const bool negative = !s.empty() && s[0] == '-';
+    const std::size_t dot = s.find('.');
+    Ns v = std::stoll(s.substr(negative, dot == std::string::npos ? std::string::npos : dot - negative)) * 1000;
+    if (dot != std::string::npos) {
+        const std::string frac = (s.substr(dot + 1) + "0000").substr(0, 4);
+        v += std::stoll(frac.substr(0, 3)) + (frac[3] >= '5' ? 1 : 0);
+    }
+    return negative ? -v : v;
+}
+
+JsonRows rowsFromJson(const std::string &path)
+{
+    static const std::set<std::string> cats = {"user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
+                                               "cuda_runtime", "cuda_driver", "cpu_op"};
+    const json parsed = json::parse(quoteTimes(readAll(path)), [](int depth, json::parse_event_t ev, json &e) {
+        return !(depth == 2 && ev == json::parse_event_t::object_end &&
+                 !(e.contains("cat") && e["cat"].is_string() && cats.count(e["cat"].get<std::string>())));
+    });
+    const json &events = parsed.is_array() ? parsed : parsed["traceEvents"];
+    auto ns = [](const json &v) { return v.is_string() ? decimalNs(v.get<std::string>()) : Ns(0); };
+    std::vector<std::pair<Ns, Ns>> windows;
+    std::map<long long, Ns> launches;
+    struct Op {
+        Ns start, end;
+    };
+    std::map<std::pair<long long, long long>, std::vector<Op>> ops; // (pid, tid)
+    struct Gpu {
+        Ns start;
+        long long corr, stream;
+        bool nccl;
+    };
+    std::vector<Gpu> gpu;
+    auto id = [](const json &v) { return v.is_number_integer() ? v.get<long long>() : -1LL; };
+    for (const json &e : events) {
+        if (e.value("ph", "") != "X" || !e.contains("ts"))
+            continue;
+        const std::string cat = e["cat"], name = e.value("name", "");
+        const Ns start = ns(e["ts"]), end = start + ns(e.value("dur", json(0)));
+        const json args = e.value("args", json::object());
+        if (cat == "user_annotation" && name.rfind("ProfilerStep#", 0) == 0)
+            windows.push_back({start, end});
+        else if (cat == "cpu_op")
+            ops[{id(e["pid"]), id(e["tid"])}].push_back({start, end});
+        else if ((cat == "cuda_runtime" || cat == "cuda_driver") && args.contains("correlation"))
+            launches.emplace(args["correlation"].get<long long>(), start);
+        else if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset")
+            gpu.push_back({start, args.value("correlation", -1LL), args.contains("stream") ? id(args["stream"]) : id(e["tid"]),
+                           cat == "kernel" && (name.rfind("ncclKernel", 0) == 0 || name.rfind("ncclDevKernel", 0) == 0)});
+    }
+    auto inWindow = [&](Ns t) {
+        return windows.empty() || std::any_of(windows.begin(), windows.end(), [t](const auto &w) { return t >= w.first && t <= w.second; });
+    };
+    JsonRows rows;
+    for (const Gpu &g : gpu) {
+        const auto l = g.corr >= 0 ? launches.find(g.corr) : launches.end();
+        if ((l != launches.end() && !windows.empty() && inWindow(l->second)) || inWindow(g.start)) {
+            ++rows.streamSpans[g.stream];
+            if (g.nccl)
+                rows.ncclStreams.insert(g.stream);
+        }
+    }
+    for (auto &[thread, list] : ops) {
+        std::sort(list.begin(), list.end(), [](const Op &a, const Op &b) { return a.start != b.start ? a.start < b.start : a.end > b.end; });
+        Ns reach = std::numeric_limits<Ns>::min();
+        for (const Op &o : list) {
+            if (o.end <= reach)
+                continue; // inside the previous one
+            const Ns start = std::max(o.start, reach);
+            reach = o.end;
+            if (inWindow(start))
+                ++rows.threadSpans[thread.second];
+        }
+    }
+    return rows;
+}
+
+// The labels an import's rows must have, in order: streams by id, then threads by tid.
+std::vector<std::string> expectedLabels(int rank, const JsonRows &rows)
+{
+    std::vector<std::string> out;
+    for (const auto &[stream, n] : rows.streamSpans)
+        out.push_back("rank " + std::to_string(rank) + " stream " + std::to_string(stream) +
+                      (rows.ncclStreams.count(stream) ? " NCCL" : ""));
+    for (const auto &[tid, n] : rows.threadSpans)
+        out.push_back("rank " + std::to_string(rank) + " thread " + std::to_string(tid));
+    return out;
+}
+
+// Spans per row of an opened run, as its rows' files and summaries give them.
+std::vector<long long> spansPerRow(const TraceModel &t)
+{
+    std::vector<long long> n(t.rowCount(), 0);
+    t.forEachRecord([&](std::size_t row, const Record &r) { n[row] += r.isSpan(); });
+    for (std::size_t r = 0; r < t.rowCount(); ++r)
+        if (t.lod(r).spans() != std::uint64_t(n[r]))
+            return {};
+    return n;
+}
+
 } // namespace
 
 class TestKineto : public QObject {
@@ -225,7 +371,10 @@ private Q_SLOTS:
     void errors_data();
     void errors();
     void twoFileErrors();
+    void rowsPerStreamAndThread();
     void realTracesImport();
+    void realTraceRows_data();
+    void realTraceRows();
     void realTraceFigures_data();
     void realTraceFigures();
 };
@@ -591,6 +740,105 @@ void TestKineto::twoFileErrors()
     QVERIFY(has(importError({}), "no trace files"));
 }
 
+// Rank 0: compute streams 7 and 8, NCCL kernels on stream 20, operators on threads 10 and 11,
+// and 2 ms late to every collective. Rank 1 launches its NCCL kernels on stream 7, between its
+// compute kernels there, and waits 2 ms in each: its stall stays in that one row, hatched.
+void TestKineto::rowsPerStreamAndThread()
+{
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString();
+    const std::vector<std::string> files = {d + "/r0.json", d + "/r1.json"};
+    writeText(files[0], makeRank({.rank = 0, .late = 2 * kMs}), false);
+    writeText(files[1], makeRank({.rank = 1, .ncclStream = 7}), false);
+    const KinetoJob job = importKineto(files);
+    checkRecordOrder(job);
+    QCOMPARE(job.recordRows.size(), job.records.size());
+    QCOMPARE(job.ranks[0].gpuStreams, (std::vector<long long>{7, 8, 20}));
+    QCOMPARE(job.ranks[0].ncclStreams, (std::vector<long long>{20}));
+    QCOMPARE(job.ranks[1].gpuStreams, (std::vector<long long>{7, 8}));
+    QCOMPARE(job.ranks[1].ncclStreams, (std::vector<long long>{7}));
+    QCOMPARE(job.ranks[1].cpuThreads, (std::vector<long long>{10, 11}));
+    // The per-rank figures are those of separate rows (twoRanksFromFolder), ranks swapped.
+    for (int w = 0; w < 2; ++w)
+        for (int k = 0; k < 3; ++k) {
+            const KinetoJob::StepExtra *x = nullptr;
+            const StepRow &r = row(job, w, 5 + k, &x);
+            QVERIFY2(near(r.waitMs, w == 1 ? 2.0 : 0.0), std::to_string(r.waitMs).c_str());
+            QVERIFY(near(x->computeMs, 28.6, 1e-9));
+            QVERIFY(near(x->commMs, w == 1 ? 10.0 : 8.0));
+        }
+    QCOMPARE(job.straggler, 0);
+
+    const std::string run = d + "/run";
+    writeImportedRun(job, run);
+    const std::vector<std::string> labels = {
+        "rank 0 stream 7", "rank 0 stream 8", "rank 0 stream 20 NCCL", "rank 0 thread 10", "rank 0 thread 11",
+        "rank 1 stream 7 NCCL", "rank 1 stream 8", "rank 1 thread 10", "rank 1 thread 11"};
+    const JsonRows fromJson[2] = {rowsFromJson(files[0]), rowsFromJson(files[1])};
+    std::vector<std::string> fromJsonLabels = expectedLabels(0, fromJson[0]);
+    for (const std::string &l : expectedLabels(1, fromJson[1]))
+        fromJsonLabels.push_back(l);
+    QCOMPARE(fromJsonLabels, labels);
+    // With its index, and rebuilt from the row files alone: the same rows, spans and stalls.
+    for (const bool indexed : {true, false}) {
+        if (!indexed)
+            QVERIFY(std::filesystem::remove(run + "/index.syi"));
+        const OpenedRun opened = openRunDirectory(run);
+        const TraceModel &t = *opened.trace;
+        QCOMPARE(t.rowCount(), labels.size());
+        const std::vector<long long> spans = spansPerRow(t);
+        QCOMPARE(spans.size(), labels.size());
+        for (std::size_t r = 0; r < labels.size(); ++r) {
+            const RowDescriptor &row = t.row(r);
+            QCOMPARE(row.name, labels[r]);
+            const int w = r < 5 ? 0 : 1;
+            QCOMPARE(row.worker, w);
+            const bool thread = labels[r].find("thread") != std::string::npos;
+            QCOMPARE(row.kind, thread ? RowKind::DataLane : RowKind::Worker);
+            const long long id = std::stoll(labels[r].substr(labels[r].rfind(thread ? "thread " : "stream ") + 7));
+            // Rank 1's NCCL kernels each wait 2 ms: a Wait span beside each one's Reduce span.
+            const long long waits = w == 1 && id == 7 && !thread ? 3 : 0;
+            const long long expected = thread ? fromJson[w].threadSpans.at(id) : fromJson[w].streamSpans.at(id) + waits;
+            QVERIFY2(spans[r] == expected, (labels[r] + ": " + std::to_string(spans[r]) + " spans, expected " +
+                                            std::to_string(expected)).c_str());
+            // One stream runs one kernel at a time: a row's spans never overlap.
+            std::vector<Record> in;
+            t.spansIn(r, 0, t.endNs(), in);
+            long long waitSpans = 0;
+            for (std::size_t i = 0; i < in.size(); ++i) {
+                waitSpans += in[i].phase() == Phase::Wait;
+                QVERIFY(i == 0 || in[i].start >= in[i - 1].end);
+                QCOMPARE(in[i].lane() == Lane::Data, thread);
+            }
+            QCOMPARE(waitSpans, waits);
+        }
+        QCOMPARE(fromJson[0].streamSpans.at(7), 15LL); // 5 a step: gemm_fwd, gemm_bwd, sgd, memcpy, late
+        QCOMPARE(fromJson[0].threadSpans.at(10), 6LL); // linear (addmm inside it), add_
+        for (int w = 0; w < 2; ++w)
+            for (int k = 0; k < 3; ++k)
+                QVERIFY(near(t.steps(w).at(std::size_t(k)).waitMs, w == 1 ? 2.0 : 0.0, 1e-9));
+        QVERIFY(near(opened.summary["stall_ms_per_worker"][1].get<double>(), 6.0));
+    }
+    // trace.json: a thread per row, named as the row, holding the row's spans.
+    const json trace = json::parse(readAll(run + "/trace.json"));
+    std::map<long long, std::string> names;
+    std::map<long long, long long> spans;
+    for (const json &e : trace["traceEvents"]) {
+        if (e["ph"] == "M" && e["name"] == "thread_name")
+            names[e["tid"].get<long long>()] = e["args"]["name"].get<std::string>();
+        else if (e["ph"] == "X")
+            ++spans[e["tid"].get<long long>()];
+    }
+    QCOMPARE(names.size(), labels.size());
+    const OpenedRun opened = openRunDirectory(run);
+    const std::vector<long long> perRow = spansPerRow(*opened.trace);
+    for (const auto &[tid, name] : names) {
+        const auto at = std::find(labels.begin(), labels.end(), name);
+        QVERIFY2(at != labels.end(), name.c_str());
+        QCOMPARE(spans[tid], perRow[std::size_t(at - labels.begin())]);
+    }
+}
+
 void TestKineto::realTracesImport()
 {
     for (const char *f : {"no_distributed_info.json.gz", "rank1_of_2_alltoall.json.gz", "rank3_of_8_alltoall.json.gz",
@@ -708,6 +956,47 @@ void TestKineto::realTraceFigures()
     QCOMPARE(reduces, ncclInSteps);
     if (file.startsWith(QStringLiteral("rank1")))
         QVERIFY(ncclInSteps > 0);
+}
+
+void TestKineto::realTraceRows_data()
+{
+    QTest::addColumn<QString>("file");
+    for (const char *f : {"no_distributed_info.json.gz", "rank1_of_2_alltoall.json.gz", "rank3_of_8_alltoall.json.gz",
+                          "rocm_mi250_basetime_ns.json.gz", "single_rank_allreduce.pt.trace.json.gz"})
+        QTest::newRow(f) << QString::fromLatin1(f);
+}
+
+// A real trace's run folder has a row per stream with kernels and per thread with top-level
+// operators, each with the spans the JSON gives it (one rank loaded: no stall splits a kernel).
+void TestKineto::realTraceRows()
+{
+    QFETCH(QString, file);
+    const std::string path = kData + file.toStdString();
+    const JsonRows fromJson = rowsFromJson(path);
+    const KinetoJob job = importKineto({path});
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString() + "/run";
+    writeImportedRun(job, run);
+    const OpenedRun opened = openRunDirectory(run);
+    const TraceModel &t = *opened.trace;
+    std::vector<std::string> labels = expectedLabels(job.ranks[0].rank, fromJson);
+    std::vector<long long> expected;
+    for (const auto &[stream, n] : fromJson.streamSpans)
+        expected.push_back(n);
+    for (const auto &[tid, n] : fromJson.threadSpans)
+        expected.push_back(n);
+    // A rank without kernels (or operators) keeps one empty row in their place.
+    const std::string rank = "rank " + std::to_string(job.ranks[0].rank);
+    if (fromJson.streamSpans.empty())
+        labels.insert(labels.begin(), rank + " GPU (no kernels)"), expected.insert(expected.begin(), 0);
+    if (fromJson.threadSpans.empty())
+        labels.push_back(rank + " CPU (no operators)"), expected.push_back(0);
+    std::vector<std::string> names;
+    for (std::size_t r = 0; r < t.rowCount(); ++r)
+        names.push_back(t.row(r).name);
+    QCOMPARE(names, labels);
+    QCOMPARE(spansPerRow(t), expected);
+    qInfo("%s: %zu stream rows, %zu thread rows", qPrintable(file), fromJson.streamSpans.size(), fromJson.threadSpans.size());
 }
 
 QTEST_APPLESS_MAIN(TestKineto)

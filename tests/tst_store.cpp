@@ -1,7 +1,8 @@
 // The run store's formats and reader: row files round-trip exactly, a file cut at any byte
 // opens with its complete blocks and never a misread record, foreign, newer and damaged files
 // are refused by name and offset; the TraceModel sorts out-of-order input in O(n log n), serves
-// spans from files and memory alike, and its index round-trips.
+// spans from files and memory alike, and its index round-trips; sub-rows (an import's streams
+// and threads) keep their spans in their own rows through files, index and trace.json.
 #include "chunkfile.h"
 #include "config.h"
 #include "runstore.h"
@@ -10,8 +11,11 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 using namespace syncopate;
@@ -27,6 +31,7 @@ private Q_SLOTS:
     void spansComeFromFileAndMemory();
     void summaryCountsAndLevels();
     void indexRoundTrips();
+    void subRowsKeepTheirSpans();
     void summaryFieldsOfTheWrongTypeAreDropped();
     void hugeDurationsKeepTheSummaryDefined();
 
@@ -161,7 +166,8 @@ void TestStore::foreignAndNewerFilesAreRefused()
         ChunkReader r(newer);
         QFAIL("a newer file was read");
     } catch (const StoreError &e) {
-        QVERIFY2(std::string(e.what()).find("version 2 at byte 8") != std::string::npos, e.what());
+        const std::string expected = "version " + std::to_string(kChunkVersion + 1) + " at byte 8";
+        QVERIFY2(std::string(e.what()).find(expected) != std::string::npos, e.what());
     }
     std::ofstream(path, std::ios::binary | std::ios::trunc) << "SYN";
     QVERIFY_THROWS_EXCEPTION(StoreError, ChunkReader{path});
@@ -335,6 +341,92 @@ void TestStore::indexRoundTrips()
     f.close();
     TraceModel damaged(2, true, 16);
     QVERIFY_THROWS_EXCEPTION(StoreError, damaged.loadIndex(path));
+}
+
+// Worker 0 has two main rows (sub 0 and 1) and two thin ones, worker 1 one of each: what an
+// import of GPU streams and CPU threads writes.
+void TestStore::subRowsKeepTheirSpans()
+{
+    const std::string dir = QDir(m_dir.path()).filePath(QStringLiteral("subrows")).toStdString();
+    std::filesystem::create_directories(dir);
+    RunConfig c = parseConfig(nlohmann::json{{"workers", 2}, {"data.prefetch", true}});
+    std::ofstream(dir + "/config.json") << c.toJson().dump();
+    const std::vector<RowDescriptor> rows = {{0, RowKind::Worker, "rank 0 stream 7", 0}, {0, RowKind::Worker, "rank 0 stream 9", 1},
+                                             {0, RowKind::DataLane, "rank 0 thread 5", 0}, {0, RowKind::DataLane, "rank 0 thread 6", 1},
+                                             {1, RowKind::Worker, "rank 1 stream 7", 0}, {1, RowKind::DataLane, "rank 1 thread 5", 0}};
+    const std::vector<std::string> files = {"w0.syr", "w0-s1.syr", "w0-data.syr", "w0-t1.syr", "w1.syr", "w1-data.syr"};
+    std::vector<std::uint64_t> spans;
+    double wait0 = 0; // worker 0's stall in step 0, over both its main rows
+    // Written in reverse, so that the reader's order is its own.
+    for (std::size_t i = rows.size(); i-- > 0;) {
+        QCOMPARE(rowFileName(rows[i]), files[i]);
+        ChunkWriter w(dir + "/" + files[i], rows[i]);
+        std::uint64_t n = 0;
+        for (int s = 0; s < 10 + 5 * int(i); ++s) {
+            const std::int64_t t = 1000 * s;
+            const Record r = rows[i].kind == RowKind::DataLane
+                                 ? Record::span(rows[i].worker, Phase::Data, Lane::Data, 0, t, t + 400)
+                                 : Record::span(rows[i].worker, Phase::Wait, Lane::Comm, 0, t, t + 300 + 100 * rows[i].sub);
+            w.append(r);
+            ++n;
+            if (r.worker == 0 && r.isStall())
+                wait0 += double(r.duration()) / 1e6;
+        }
+        w.flush();
+        spans.insert(spans.begin(), n);
+    }
+    // A row without a sub-row stays version 1, readable by older builds; a sub-row's is 2.
+    for (const auto &[file, version] : {std::pair{"w0.syr", 1u}, std::pair{"w0-s1.syr", 2u}}) {
+        std::ifstream in(dir + "/" + file, std::ios::binary);
+        std::uint32_t v = 0;
+        in.seekg(8);
+        in.read(reinterpret_cast<char *>(&v), 4);
+        QCOMPARE(v, version);
+    }
+    QCOMPARE(ChunkReader(dir + "/w0-t1.syr").row().sub, 1);
+    QCOMPARE(ChunkReader(dir + "/w0-t1.syr").row().kind, RowKind::DataLane);
+    QCOMPARE(ChunkReader(dir + "/w1.syr").row().sub, 0);
+    // Rebuilt from the files, then from the index they gave.
+    for (const bool indexed : {false, true}) {
+        bool rebuilt = false;
+        const OpenedRun run = openRunDirectory(dir, [&](double) { return rebuilt = true; });
+        QCOMPARE(rebuilt, !indexed);
+        const TraceModel &t = *run.trace;
+        QCOMPARE(t.rowCount(), rows.size());
+        for (std::size_t r = 0; r < rows.size(); ++r) {
+            QCOMPARE(t.row(r).name, rows[r].name);
+            QCOMPARE(t.row(r).worker, rows[r].worker);
+            QCOMPARE(t.row(r).kind, rows[r].kind);
+            QCOMPARE(t.row(r).sub, rows[r].sub);
+            QCOMPARE(t.lod(r).spans(), spans[r]);
+            std::vector<Record> in;
+            t.spansIn(r, 0, t.endNs(), in);
+            QCOMPARE(std::uint64_t(in.size()), spans[r]);
+            if (rows[r].kind == RowKind::Worker)
+                QCOMPARE(in.front().duration(), std::int64_t(300 + 100 * rows[r].sub));
+        }
+        QVERIFY(std::abs(t.steps(0).at(0).waitMs - wait0) < 1e-9);
+        if (!indexed)
+            t.saveIndex(dir + "/index.syi");
+    }
+    // trace.json: a thread per row, each with its row's spans.
+    exportTraceJson(dir + "/trace.json", dir);
+    std::ifstream in(dir + "/trace.json");
+    const auto trace = nlohmann::json::parse(in);
+    std::map<long long, std::uint64_t> perThread;
+    std::map<long long, std::string> names;
+    for (const auto &e : trace["traceEvents"]) {
+        if (e["ph"] == "X")
+            ++perThread[e["tid"].get<long long>()];
+        else if (e["ph"] == "M" && e["name"] == "thread_name")
+            names[e["tid"].get<long long>()] = e["args"]["name"];
+    }
+    QCOMPARE(names.size(), rows.size());
+    for (const auto &[tid, name] : names) {
+        const auto at = std::find_if(rows.begin(), rows.end(), [&](const RowDescriptor &d) { return d.name == name; });
+        QVERIFY(at != rows.end());
+        QCOMPARE(perThread[tid], spans[std::size_t(at - rows.begin())]);
+    }
 }
 
 // A run folder of two rows and the given summary.json.

@@ -4,6 +4,8 @@
 
 #include <QTest>
 
+#include <algorithm>
+
 using namespace syncopate;
 
 class TestTimelineLayout : public QObject {
@@ -19,6 +21,7 @@ private Q_SLOTS:
     void runsStackUnderHeadings();
     void labelsThin_data();
     void labelsThin();
+    void importRowsThinToTheirRank();
 };
 
 static std::vector<Record> uniform(std::size_t n, std::int64_t period, std::int64_t length,
@@ -193,6 +196,29 @@ void TestTimelineLayout::labelsThin()
             QVERIFY(labels == 3);
         previous = std::ptrdiff_t(i);
     }
+}
+
+// An import of 8 ranks, each 4 GPU stream rows and 2 thin CPU thread rows: with room every row
+// keeps its label; crowded (2 px a row, labels 16 px: 8 rows apart at least, a rank is 6 rows),
+// every second rank's first stream row only.
+void TestTimelineLayout::importRowsThinToTheirRank()
+{
+    std::vector<TimelineRow> rows;
+    for (int w = 0; w < 8; ++w) {
+        for (int s = 0; s < 4; ++s)
+            rows.push_back({w, false, s == 3, QStringLiteral("stream")});
+        for (int t = 0; t < 2; ++t)
+            rows.push_back({w, true, false, QStringLiteral("thread")});
+    }
+    const auto stack = stackRuns({&rows});
+    const auto all = labelledSlots(stack, 20.0, 16.0);
+    QCOMPARE(int(std::count(all.begin(), all.end(), true)), 48);
+    const auto crowded = labelledSlots(stack, 2.0, 16.0);
+    std::vector<int> labelled;
+    for (std::size_t i = 0; i < stack.size(); ++i)
+        if (crowded[i])
+            labelled.push_back(int(i));
+    QCOMPARE(labelled, (std::vector<int>{0, 12, 24, 36})); // ranks 0, 2, 4, 6: each one's first row
 }
 
 QTEST_APPLESS_MAIN(TestTimelineLayout)

@@ -22,9 +22,9 @@ namespace syncopate {
 
 struct TimelineRow {
     int worker = 0;
-    bool dataLane = false; // prefetch lane under the worker's main row (an import's CPU row)
-    bool commLane = false; // an import's GPU communication row
-    QString name;          // as the store names it: "worker 3", "rank 3 GPU (2 streams)"
+    bool dataLane = false; // a thin row: the prefetch lane under a worker's main row, an import's CPU thread
+    bool commLane = false; // an older import's GPU communication row (a newer one has a row per stream)
+    QString name;          // as the store names it: "worker 3", "rank 3 stream 7", "rank 3 thread 1234"
 };
 
 class RunData {
@@ -43,9 +43,9 @@ public:
     bool imported() const { return m_imported; }
     // "worker 3", or "rank 3" for an import (its rank number, not its position).
     QString workerName(int worker) const;
-    // The row axis label of one of rows(): the store's name for an import ("rank 3 GPU (2
-    // streams)"), "rank 1 @ host ±12 µs, w3" for a run over MPI ranks (the uncertainty of
-    // the rank's clock offset to rank 0, from summary.json), else empty (the view's own).
+    // The row axis label of one of rows(): the store's name for an import ("rank 3 stream 7"),
+    // "rank 1 @ host ±12 µs, w3" for a run over MPI ranks (the uncertainty of the rank's clock
+    // offset to rank 0, from summary.json), else empty (the view's own).
     QString rowLabel(const TimelineRow &row) const;
     // An import's first ProfilerStep number: step i of the trace model is step firstStep() + i.
     std::int64_t firstStep() const { return m_firstStep; }

@@ -155,15 +155,27 @@ std::vector<bool> labelledSlots(const std::vector<TimelineSlot> &stack, double p
     if (stack.empty() || pxPerSlot >= labelPx)
         return shown;
     const auto minGap = std::ptrdiff_t(std::ceil(labelPx / std::max(pxPerSlot, 1e-6)));
-    // Rows per worker differ between runs (a prefetch lane or not): the stride is per group.
+    // Rows per worker differ between runs (a prefetch lane or not, an import's streams and
+    // threads): the stride is per group, from its worker with the most rows.
     std::vector<int> stride(stack.back().run + 1, 1);
-    for (std::size_t g = 0; g < stride.size(); ++g) {
-        const bool lanes = std::any_of(stack.begin(), stack.end(),
-                                       [g](const TimelineSlot &s) { return s.run == g && s.dataLane; });
-        const std::ptrdiff_t perWorker = lanes ? 2 : 1;
-        while (stride[g] * perWorker < minGap)
-            stride[g] *= 2;
+    std::vector<std::ptrdiff_t> perWorker(stride.size(), 1);
+    std::vector<bool> firstOfWorker(stack.size(), false);
+    std::size_t from = 0;
+    bool mainSeen = false;
+    for (std::size_t i = 0; i < stack.size(); ++i) {
+        const TimelineSlot &s = stack[i];
+        if (s.heading())
+            continue;
+        if (i == 0 || stack[i - 1].heading() || stack[i - 1].run != s.run || stack[i - 1].worker != s.worker)
+            from = i, mainSeen = false;
+        perWorker[s.run] = std::max(perWorker[s.run], std::ptrdiff_t(i - from + 1));
+        // The worker's first main row carries its label once labels thin out.
+        firstOfWorker[i] = !s.dataLane && !mainSeen;
+        mainSeen = mainSeen || !s.dataLane;
     }
+    for (std::size_t g = 0; g < stride.size(); ++g)
+        while (stride[g] * perWorker[g] < minGap)
+            stride[g] *= 2;
     // Labels are placed top down; a worker's label also keeps clear of the next heading.
     std::vector<std::ptrdiff_t> nextHeading(stack.size() + 1, std::numeric_limits<std::ptrdiff_t>::max() / 2);
     for (std::size_t i = stack.size(); i-- > 0;)
@@ -176,7 +188,7 @@ std::vector<bool> labelledSlots(const std::vector<TimelineSlot> &stack, double p
             last = at;
             continue;
         }
-        shown[i] = !s.dataLane && s.worker % stride[s.run] == 0 && at - last >= minGap &&
+        shown[i] = firstOfWorker[i] && s.worker % stride[s.run] == 0 && at - last >= minGap &&
                    nextHeading[i + 1] - at >= minGap;
         if (shown[i])
             last = at;

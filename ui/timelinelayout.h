@@ -30,7 +30,8 @@ std::vector<TimelineSlot> stackRuns(const std::vector<const std::vector<Timeline
 // Which slots get a label on the row axis, slots pxPerSlot apart, labels labelPx tall. All when
 // they fit. Past that no two labels come closer than labelPx: every heading keeps its label
 // (it names the run), worker rows keep one every k workers (k a power of two, counted from w0
-// so the labels read w0, w4, w8 ... or w4, w8 ... under a heading), data lanes lose theirs.
+// so the labels read w0, w4, w8 ... or w4, w8 ... under a heading) on the worker's first main
+// row, data lanes and a worker's further rows (an import's other streams) lose theirs.
 std::vector<bool> labelledSlots(const std::vector<TimelineSlot> &stack, double pxPerSlot, double labelPx);
 
 struct TimelineMark {

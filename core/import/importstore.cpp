@@ -19,17 +19,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string rowName(const ImportedRank &r, RowKind kind)
+// A rank's rows: its GPU streams (Worker sub-rows, by stream id), then its CPU threads
+// (DataLane sub-rows, by tid). A rank without either keeps one empty row in its place, so that
+// the rows the reader's model starts with all have a file and a name.
+std::vector<RowDescriptor> rankRows(const ImportedRank &r, int worker)
 {
     const std::string rank = "rank " + std::to_string(r.rank);
-    switch (kind) {
-    case RowKind::DataLane:
-        return rank + " CPU (" + std::to_string(r.cpuThreads.size()) + (r.cpuThreads.size() == 1 ? " thread)" : " threads)");
-    case RowKind::CommLane:
-        return rank + " GPU comm (NCCL)";
-    default:
-        return rank + " GPU (" + std::to_string(r.gpuStreams.size()) + (r.gpuStreams.size() == 1 ? " stream)" : " streams)");
+    std::vector<RowDescriptor> rows;
+    for (std::size_t i = 0; i < r.gpuStreams.size(); ++i) {
+        const long long id = r.gpuStreams[i];
+        const bool nccl = std::binary_search(r.ncclStreams.begin(), r.ncclStreams.end(), id);
+        rows.push_back({worker, RowKind::Worker, rank + " stream " + std::to_string(id) + (nccl ? " NCCL" : ""), int(i)});
     }
+    if (r.gpuStreams.empty())
+        rows.push_back({worker, RowKind::Worker, rank + " GPU (no kernels)", 0});
+    for (std::size_t i = 0; i < r.cpuThreads.size(); ++i)
+        rows.push_back({worker, RowKind::DataLane, rank + " thread " + std::to_string(r.cpuThreads[i]), int(i)});
+    if (r.cpuThreads.empty())
+        rows.push_back({worker, RowKind::DataLane, rank + " CPU (no operators)", 0});
+    return rows;
 }
 
 } // namespace
@@ -57,24 +65,37 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
     config.slowdown.assign(std::size_t(workers), 1.0);
     writeFileAtomically(in("config.json"), config.toJson().dump(2) + "\n");
 
-    // Row files: rank i's GPU compute, CPU and GPU communication rows, [worker][RowKind].
-    constexpr std::size_t kinds = std::size_t(RowKind::Count);
-    std::vector<std::unique_ptr<ChunkWriter>> rows(std::size_t(workers) * kinds);
+    // Row files: per rank one per GPU stream and one per CPU thread, [worker][kind][sub].
+    std::vector<std::string> paths;
+    using RankWriters = std::map<std::pair<RowKind, int>, std::unique_ptr<ChunkWriter>>;
+    std::vector<RankWriters> rows(static_cast<std::size_t>(workers));
     for (int w = 0; w < workers; ++w)
-        for (RowKind kind : {RowKind::Worker, RowKind::DataLane, RowKind::CommLane}) {
-            const RowDescriptor d{w, kind, rowName(job.ranks[std::size_t(w)], kind)};
-            rows[std::size_t(w) * kinds + std::size_t(kind)] = std::make_unique<ChunkWriter>(in(rowFileName(d)), d);
+        for (const RowDescriptor &d : rankRows(job.ranks[std::size_t(w)], w)) {
+            paths.push_back(in(rowFileName(d)));
+            rows[std::size_t(w)][{d.kind, d.sub}] = std::make_unique<ChunkWriter>(paths.back(), d);
         }
-    TraceModel model(workers, true, 0, true);
-    model.setKeepRaw(false);
-    for (const Record &r : job.records)
-        if (r.worker < workers && r.isSpan())
-            rows[std::size_t(r.worker) * kinds + std::size_t(rowKindOf(r, true, true))]->append(r);
-    model.append(job.records);
-    for (auto &row : rows)
-        if (row)
+    for (std::size_t i = 0; i < job.records.size(); ++i) {
+        const Record &r = job.records[i];
+        if (r.worker >= workers || !r.isSpan())
+            continue;
+        const RowKind kind = r.lane() == Lane::Data ? RowKind::DataLane : RowKind::Worker;
+        const auto it = rows[r.worker].find({kind, i < job.recordRows.size() ? int(job.recordRows[i]) : 0});
+        if (it != rows[r.worker].end())
+            it->second->append(r);
+    }
+    for (auto &rank : rows)
+        for (auto &[key, row] : rank)
             row->flush();
     rows.clear();
+    // The index from the files just written, as a reader rebuilds it: a record's row is its file's.
+    TraceModel model(workers, true, 0);
+    {
+        std::vector<std::unique_ptr<ChunkReader>> readers;
+        for (const std::string &p : paths)
+            readers.push_back(std::make_unique<ChunkReader>(p));
+        model.adoptRowFiles(std::move(readers));
+    }
+    model.rebuildFromFiles([](double) { return true; });
 
     // metrics.csv: one row per rank per step, worker = the rank's number.
     {

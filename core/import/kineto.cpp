@@ -12,13 +12,15 @@
 //   more than an hour after all earlier files' events ended.
 // - Steps: X events named "ProfilerStep#N" on a CPU thread (the GPU-side copies that newer
 //   Kineto writes with cat gpu_user_annotation are skipped). A trace without any is one step 0.
-// - CPU row: cpu_op events (not ProfilerStep#N) on every thread; one fully inside another of the
-//   same thread is dropped, one that overlaps the previous one's end starts at that end. Each
-//   belongs to the step window holding its start.
-// - GPU rows: cat kernel (ncclKernel* / ncclDevKernel* on the comm row, others on the compute
-//   row), gpu_memcpy and gpu_memset (Copy). A kernel belongs to the step window holding its
-//   launching runtime call (cat cuda_runtime / cuda_driver, same args.correlation), else the
-//   window holding its own start; in none, it is left out.
+// - CPU rows, one per thread (tid) with operators kept: cpu_op events (not ProfilerStep#N); one
+//   fully inside another of the same thread is dropped, one that overlaps the previous one's end
+//   starts at that end. Each belongs to the step window holding its start.
+// - GPU rows, one per stream (args.stream, else tid) with kernels kept: cat kernel
+//   (ncclKernel* / ncclDevKernel* are NCCL kernels, Lane::Comm; others Lane::Compute),
+//   gpu_memcpy and gpu_memset (Copy). NCCL and compute kernels of one stream share its row:
+//   a stream runs one kernel at a time, so the stall stays in view. A kernel belongs to the
+//   step window holding its launching runtime call (cat cuda_runtime / cuda_driver, same
+//   args.correlation), else the window holding its own start; in none, it is left out.
 // - Phase of a kernel: from the CPU annotations enclosing its launch on the launching thread;
 //   of a CPU operator: those enclosing its start on its thread. Backward if any enclosing event
 //   (cat user_annotation, cpu_op or python_function) is named "autograd::...", contains
@@ -73,10 +75,12 @@ struct Span {
     Ns start, end;
     int window;
     Phase phase;
+    long long row; // tid (CPU) or stream (GPU)
 };
 struct NcclKernel {
     Ns start, end;
     int window;
+    long long stream;
     int comm = -1; // record_param_comms index, -1 none
     int pg = -1;
     long long seq = 0;
@@ -96,7 +100,7 @@ struct RankWork {
     std::vector<Window> windows;
     std::vector<Span> cpu, gpu;
     std::vector<NcclKernel> nccl;
-    std::vector<long long> cpuThreads, gpuStreams;
+    std::vector<long long> cpuThreads, gpuStreams, ncclStreams;
     int rankIndex = 0;
     std::string rankSource;
     Ns offset = 0;
@@ -179,7 +183,7 @@ RankWork reduce(FileData &&f)
             const int w = r.windowAt(op.start);
             if (w < 0)
                 continue;
-            r.cpu.push_back({op.start, op.end, w, phaseAt(t, op.start)});
+            r.cpu.push_back({op.start, op.end, w, phaseAt(t, op.start), f.threads[t].second});
             cpuThread[t] = true;
         }
     }
@@ -234,7 +238,8 @@ RankWork reduce(FileData &&f)
             continue;
         r.gpuStreams.push_back(g.stream);
         if (g.kind == Kind::Nccl) {
-            NcclKernel k{g.start, g.end, w};
+            NcclKernel k{g.start, g.end, w, g.stream};
+            r.ncclStreams.push_back(g.stream);
             if (launch)
                 k.comm = commAt(launch->thread, launch->ts);
             if (k.comm >= 0) {
@@ -245,11 +250,13 @@ RankWork reduce(FileData &&f)
         } else {
             const Phase p = g.kind == Kind::Copy ? Phase::Copy
                             : launch ? phaseAt(launch->thread, launch->ts) : Phase::Compute;
-            r.gpu.push_back({g.start, g.end, w, p});
+            r.gpu.push_back({g.start, g.end, w, p, g.stream});
         }
     }
-    std::sort(r.gpuStreams.begin(), r.gpuStreams.end());
-    r.gpuStreams.erase(std::unique(r.gpuStreams.begin(), r.gpuStreams.end()), r.gpuStreams.end());
+    for (auto *ids : {&r.gpuStreams, &r.ncclStreams}) {
+        std::sort(ids->begin(), ids->end());
+        ids->erase(std::unique(ids->begin(), ids->end()), ids->end());
+    }
     // The k-th kernel one record_param_comms launched, for calls that launch several.
     std::sort(r.nccl.begin(), r.nccl.end(), [](const NcclKernel &a, const NcclKernel &b) { return a.start < b.start; });
     std::unordered_map<int, int> perCall;
@@ -608,24 +615,35 @@ void emit(std::vector<RankWork> &work, KinetoJob &job)
         KinetoJob::StepExtra extra;
     };
     std::vector<RowAt> rows;
+    struct Placed {
+        Record rec;
+        std::uint32_t row;
+    };
+    std::vector<Placed> placed;
     for (int w = 0; w < n; ++w) {
         const RankWork &r = work[w];
         const Ns shift = r.offset - origin;
         auto stepOf = [&](int win) { return std::uint32_t(r.windows[win].n - job.firstStep); };
+        auto indexIn = [](const std::vector<long long> &ids, long long id) {
+            return std::uint32_t(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
+        };
         for (const Span &s : r.cpu)
-            job.records.push_back(Record::span(w, s.phase, Lane::Data, stepOf(s.window), s.start + shift, s.end + shift));
+            placed.push_back({Record::span(w, s.phase, Lane::Data, stepOf(s.window), s.start + shift, s.end + shift),
+                              indexIn(r.cpuThreads, s.row)});
         std::vector<std::vector<Interval>> compute(r.windows.size()), comm(r.windows.size());
         std::vector<Ns> wait(r.windows.size(), 0);
         for (const Span &s : r.gpu) {
-            job.records.push_back(Record::span(w, s.phase, Lane::Compute, stepOf(s.window), s.start + shift, s.end + shift));
+            placed.push_back({Record::span(w, s.phase, Lane::Compute, stepOf(s.window), s.start + shift, s.end + shift),
+                              indexIn(r.gpuStreams, s.row)});
             compute[s.window].push_back({s.start, s.end});
         }
         for (const NcclKernel &k : r.nccl) {
             const Ns s = k.start + shift, e = k.end + shift, split = std::min(e, s + k.stall);
+            const std::uint32_t row = indexIn(r.gpuStreams, k.stream);
             if (split > s)
-                job.records.push_back(Record::span(w, Phase::Wait, Lane::Comm, stepOf(k.window), s, split));
+                placed.push_back({Record::span(w, Phase::Wait, Lane::Comm, stepOf(k.window), s, split), row});
             if (e > split || split == s)
-                job.records.push_back(Record::span(w, Phase::Reduce, Lane::Comm, stepOf(k.window), split, e, k.bytes));
+                placed.push_back({Record::span(w, Phase::Reduce, Lane::Comm, stepOf(k.window), split, e, k.bytes), row});
             comm[k.window].push_back({k.start, k.end});
             wait[k.window] += k.stall;
         }
@@ -647,12 +665,20 @@ void emit(std::vector<RankWork> &work, KinetoJob &job)
     });
     for (const RowAt &a : rows)
         job.steps.push_back(a.row), job.stepExtras.push_back(a.extra);
-    std::sort(job.records.begin(), job.records.end(), [](const Record &a, const Record &b) {
+    std::sort(placed.begin(), placed.end(), [](const Placed &x, const Placed &y) {
+        const Record &a = x.rec, &b = y.rec;
         return a.worker != b.worker ? a.worker < b.worker
                : a.start != b.start ? a.start < b.start
                : a.end != b.end     ? a.end < b.end
-                                    : a.code < b.code;
+               : a.code != b.code   ? a.code < b.code
+                                    : x.row < y.row;
     });
+    job.records.reserve(placed.size());
+    job.recordRows.reserve(placed.size());
+    for (const Placed &p : placed) {
+        job.records.push_back(p.rec);
+        job.recordRows.push_back(p.row);
+    }
 
     for (RankWork &r : work) {
         ImportedRank ir;
@@ -661,6 +687,7 @@ void emit(std::vector<RankWork> &work, KinetoJob &job)
         ir.rankSource = r.rankSource;
         ir.cpuThreads = std::move(r.cpuThreads);
         ir.gpuStreams = std::move(r.gpuStreams);
+        ir.ncclStreams = std::move(r.ncclStreams);
         ir.clockOffsetNs = double(r.offset);
         job.ranks.push_back(std::move(ir));
     }

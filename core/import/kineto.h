@@ -1,6 +1,6 @@
 // PyTorch profiler (Kineto) traces of a distributed job, one file per rank, read into
-// Syncopate's records: per rank a CPU row (operators), a GPU compute row (kernels, copies) and a
-// GPU communication row (NCCL kernels), steps from ProfilerStep#N, collectives matched across
+// Syncopate's records: per rank a row per GPU stream (kernels, copies, NCCL kernels) and a row
+// per CPU thread that carries operators, steps from ProfilerStep#N, collectives matched across
 // ranks and each rank's stall in them. importstore.cpp writes the result as a run directory.
 //
 // Definitions (the README's "Importing PyTorch profiler traces" says the same):
@@ -39,8 +39,9 @@ struct ImportedRank {
     int rank = 0;
     std::string file;       // the path as given
     std::string rankSource; // "distributedInfo", "file name" or "order given"
-    std::vector<long long> cpuThreads; // tids of the threads that carry operators
-    std::vector<long long> gpuStreams; // streams with kernels (any device of this rank)
+    std::vector<long long> cpuThreads;  // tids of the threads that carry operators, ascending
+    std::vector<long long> gpuStreams;  // streams with kernels (any device of this rank), ascending
+    std::vector<long long> ncclStreams; // of those, the ones with NCCL kernels
     double clockOffsetNs = 0;          // added to this rank's times (0 unless aligned)
 };
 
@@ -50,14 +51,18 @@ struct KinetoJob {
     std::vector<ImportedRank> ranks;
     int worldSize = 0;
     // Every span, times in ns from the job's origin (the earliest event of any loaded rank,
-    // after alignment), all >= 0, sorted by worker then start. Lanes: Lane::Data = the rank's
-    // CPU row (top-level operators only, so spans of one thread never nest), Lane::Compute =
-    // its GPU compute row (kernels: Forward/Backward/Apply by the enclosing annotation, else
-    // Compute; memcpy/memset: Copy), Lane::Comm = its GPU communication row (each NCCL kernel
-    // split into Wait [own start, latest start of the collective] and Reduce [the rest], value
-    // = bytes where the trace gives them). Record::step = N - firstStep (0 for the first step;
-    // spans outside every step window are left out).
+    // after alignment), all >= 0, sorted by worker then start. Lanes: Lane::Data = a CPU
+    // operator (top-level operators only, so spans of one thread never nest), Lane::Compute = a
+    // GPU kernel (Forward/Backward/Apply by the enclosing annotation, else Compute;
+    // memcpy/memset: Copy), Lane::Comm = an NCCL kernel (split into Wait [own start, latest
+    // start of the collective] and Reduce [the rest], value = bytes where the trace gives
+    // them). Record::step = N - firstStep (0 for the first step; spans outside every step
+    // window are left out).
     std::vector<Record> records;
+    // Parallel to records: the row of its rank a span is drawn in, an index into
+    // ranks[worker].gpuStreams for a GPU span (Lane::Compute, Lane::Comm), into
+    // ranks[worker].cpuThreads for a CPU span (Lane::Data).
+    std::vector<std::uint32_t> recordRows;
     // One per loaded rank per step, ordered by step then worker: worker = index into ranks,
     // step = N (as in the file), tMs = end of the step on the job clock, stepMs = the
     // ProfilerStep span, waitMs = stall, loss = NaN (a trace has none).

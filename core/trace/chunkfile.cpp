@@ -41,12 +41,22 @@ std::string at(const std::string &path, std::uint64_t offset)
 
 std::string rowFileName(const RowDescriptor &row)
 {
+    const std::string w = "w" + std::to_string(row.worker);
+    if (row.sub != 0) {
+        const char *prefix = row.kind == RowKind::DataLane   ? "-t"
+                             : row.kind == RowKind::CommLane ? "-comm"
+                             : row.kind == RowKind::Counters ? "-counters"
+                                                             : "-s";
+        return w + prefix + std::to_string(row.sub) + ".syr";
+    }
     const char *suffix = row.kind == RowKind::DataLane ? "-data" : row.kind == RowKind::CommLane ? "-comm" : "";
-    return "w" + std::to_string(row.worker) + suffix + ".syr";
+    return w + suffix + ".syr";
 }
 
 ChunkWriter::ChunkWriter(std::string path, const RowDescriptor &row) : m_path(std::move(path))
 {
+    if (row.sub < 0 || row.sub > 65535)
+        throw StoreError(m_path + ": sub-row " + std::to_string(row.sub) + " is out of range (0 to 65535)");
     m_file = std::fopen(m_path.c_str(), "wb");
     if (!m_file)
         throw StoreError(m_path + ": cannot write (" + std::strerror(errno) + ")");
@@ -54,11 +64,12 @@ ChunkWriter::ChunkWriter(std::string path, const RowDescriptor &row) : m_path(st
     unsigned char *p = header;
     std::memcpy(p, kFileMagic, sizeof kFileMagic);
     p += sizeof kFileMagic;
-    put<std::uint32_t>(p, kChunkVersion);
+    put<std::uint32_t>(p, row.sub == 0 ? 1 : kChunkVersion);
     put<std::uint32_t>(p, kRawRecordBytes);
     put<std::uint32_t>(p, std::uint32_t(row.worker));
     put<std::uint8_t>(p, std::uint8_t(row.kind));
-    p += 3;
+    put<std::uint16_t>(p, std::uint16_t(row.sub));
+    p += 1;
     std::memcpy(p, row.name.data(), std::min(row.name.size(), kNameBytes - 1));
     if (std::fwrite(header, 1, sizeof header, m_file) != sizeof header || std::fflush(m_file) != 0) {
         const int err = errno;
@@ -152,16 +163,17 @@ ChunkReader::ChunkReader(std::string path) : m_path(std::move(path))
         throw StoreError(m_path + ": not a Syncopate row file (bad magic at byte 0)");
     p += sizeof kFileMagic;
     const auto version = get<std::uint32_t>(p);
-    if (version != kChunkVersion)
+    if (version < 1 || version > kChunkVersion)
         throw StoreError(m_path + ": row file version " + std::to_string(version) +
-                         " at byte 8; this Syncopate reads version " + std::to_string(kChunkVersion));
+                         " at byte 8; this Syncopate reads versions 1 to " + std::to_string(kChunkVersion));
     const auto recordBytes = get<std::uint32_t>(p);
     if (recordBytes != kRawRecordBytes)
         throw StoreError(m_path + ": record size " + std::to_string(recordBytes) +
                          " at byte 12; expected " + std::to_string(kRawRecordBytes));
     const auto worker = get<std::uint32_t>(p);
     const auto kind = get<std::uint8_t>(p);
-    p += 3;
+    const auto sub = get<std::uint16_t>(p); // version 1 left these bytes zero
+    p += 1;
     if (worker > 65535)
         throw StoreError(m_path + ": worker " + std::to_string(worker) +
                          " at byte 16 is out of range (at most 65535)");
@@ -169,6 +181,7 @@ ChunkReader::ChunkReader(std::string path) : m_path(std::move(path))
         throw StoreError(m_path + ": row kind " + std::to_string(kind) + " at byte 20 is unknown");
     m_row.worker = int(worker);
     m_row.kind = RowKind(kind);
+    m_row.sub = version >= 2 ? int(sub) : 0;
     const char *name = reinterpret_cast<const char *>(p);
     m_row.name.assign(name, strnlen(name, kNameBytes - 1));
     scanFrom(kChunkFileHeaderBytes);

@@ -1,10 +1,10 @@
 // The run store's row files: one append-only file per timeline row (a worker's compute and
 // communication, its prefetch lane, later a rank), written while the run goes on.
 //
-// Layout: a 64-byte file header (magic, version, record size, the row's worker, kind and name),
-// then blocks. A block is a 48-byte header (magic, record count, raw and packed sizes, time
-// range, CRC-32 of the packed bytes) followed by its records, column by column, delta-coded and
-// zstd-compressed. A reader trusts nothing: a block whose header or bytes are cut short by a
+// Layout: a 64-byte file header (magic, version, record size, the row's worker, kind, sub-row
+// and name), then blocks. A block is a 48-byte header (magic, record count, raw and packed
+// sizes, time range, CRC-32 of the packed bytes) followed by its records, column by column,
+// delta-coded and zstd-compressed. A reader trusts nothing: a block whose header or bytes are cut short by a
 // kill or a power loss is dropped whole, so a torn record is never misread.
 #pragma once
 
@@ -38,7 +38,10 @@ inline RowKind rowKindOf(const Record &r, bool dataLanes, bool commLanes)
 struct RowDescriptor {
     int worker = 0;
     RowKind kind = RowKind::Worker;
-    std::string name; // "worker 3", "worker 3 data", "rank 3 GPU comm"; at most 39 bytes are stored
+    std::string name; // "worker 3", "worker 3 data", "rank 3 stream 7"; at most 39 bytes are stored
+    // Which of the worker's rows of this kind, 0 to 65535: a native run has one of each (0); an
+    // imported rank has one Worker row per GPU stream and one DataLane row per CPU thread.
+    int sub = 0;
 };
 
 // A foreign, newer or damaged file; the message names the file, what is wrong and the offset.
@@ -47,10 +50,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// The file of a row in a run directory: w3.syr, w3-data.syr.
+// The file of a row in a run directory: w3.syr, w3-data.syr, w3-comm.syr; a sub-row past the
+// first w3-s2.syr (Worker), w3-t2.syr (DataLane), w3-comm2.syr.
 std::string rowFileName(const RowDescriptor &row);
 
-constexpr std::uint32_t kChunkVersion = 1;
+// 2: the sub-row (bytes 21-22). A row with sub 0 is still written as version 1, so that older
+// builds read native runs; they refuse a sub-row's file rather than merge it into row 0.
+constexpr std::uint32_t kChunkVersion = 2;
 constexpr std::size_t kChunkFileHeaderBytes = 64;
 constexpr std::size_t kBlockHeaderBytes = 48;
 // Records per block: small enough that drawing a zoomed view decompresses little.

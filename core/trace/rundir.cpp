@@ -205,31 +205,30 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
     std::fputs("\"},\"traceEvents\":[\n", o);
     std::fprintf(o, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"Syncopate %s run, %d workers\"}}",
                  config.mode.c_str(), config.workers);
-    // One thread per row: a worker's compute (and communication, unless it has a row of its
-    // own), its prefetch lane, its communication lane; named as the row is.
-    // Lane l of worker w: thread 1000 l + w, sorted 3 w + l.
+    // One thread per row, named as the row is and sorted as the rows are: a worker's compute
+    // (and communication, unless it has a row of its own), its prefetch lane, its communication
+    // lane, an import's GPU streams and CPU threads. Row (worker w, lane l, sub-row s): thread
+    // 100000 s + 1000 l + w, so a native run's threads keep the numbers they always had.
     const auto lane = [](RowKind kind) { return kind == RowKind::DataLane ? 1 : kind == RowKind::CommLane ? 2 : 0; };
-    bool commRows = false;
+    std::vector<std::int64_t> tids(trace.rowCount());
     for (std::size_t i = 0; i < trace.rowCount(); ++i) {
         const RowDescriptor &row = trace.row(i);
+        tids[i] = 100000 * std::int64_t(row.sub) + 1000 * lane(row.kind) + row.worker;
         if (row.kind == RowKind::Counters)
             continue;
-        commRows = commRows || row.kind == RowKind::CommLane;
         const std::string name = nlohmann::json(row.name).dump(); // quoted and escaped
-        const int tid = 1000 * lane(row.kind) + row.worker;
-        std::fprintf(o, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":%s}}",
-                     tid, name.c_str());
-        std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                     tid, 3 * row.worker + lane(row.kind));
+        std::fprintf(o, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%" PRId64 ",\"args\":{\"name\":%s}}",
+                     tids[i], name.c_str());
+        std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%" PRId64 ",\"args\":{\"sort_index\":%zu}}",
+                     tids[i], i);
     }
-    trace.forEachRecord([&](const Record &r) {
+    trace.forEachRecord([&](std::size_t row, const Record &r) {
         if (r.isSpan()) {
-            const int tid = 1000 * lane(rowKindOf(r, true, commRows)) + r.worker;
             std::fprintf(o,
                          ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
-                         "\"pid\":1,\"tid\":%d,\"args\":{\"step\":%" PRIu32,
+                         "\"pid\":1,\"tid\":%" PRId64 ",\"args\":{\"step\":%" PRIu32,
                          phaseName(r.phase()), laneName(r.lane()), double(r.start) / 1e3,
-                         double(r.duration()) / 1e3, tid, r.step);
+                         double(r.duration()) / 1e3, tids[row], r.step);
             if (r.phase() == Phase::Push)
                 std::fprintf(o, ",\"staleness\":%.0f", r.value);
             else if (r.phase() == Phase::Pull)

@@ -30,7 +30,7 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool co
         Row row;
         row.desc = {worker, kind, std::move(name)};
         row.recentFrom = std::numeric_limits<std::int64_t>::min();
-        m_rowIndex[{worker, int(kind)}] = m_rows.size();
+        m_rowIndex[{worker, int(kind), 0}] = m_rows.size();
         m_rows.push_back(std::move(row));
     };
     for (int i = 0; i < m_workers; ++i) {
@@ -45,7 +45,7 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool co
 
 std::size_t TraceModel::rowFor(const Record &r)
 {
-    const auto it = m_rowIndex.find({int(r.worker), int(rowKindOf(r, m_dataLanes, m_commLanes))});
+    const auto it = m_rowIndex.find({int(r.worker), int(rowKindOf(r, m_dataLanes, m_commLanes)), 0});
     return it == m_rowIndex.end() ? std::size_t(-1) : it->second;
 }
 
@@ -164,12 +164,11 @@ void TraceModel::addCounter(const Record &r)
     }
 }
 
-void TraceModel::ingestFromFile(const Record &r)
+void TraceModel::ingestFromFile(const Record &r, std::size_t ri)
 {
     ++m_records;
     if (r.isSpan()) {
-        const std::size_t ri = rowFor(r);
-        if (ri == std::size_t(-1))
+        if (ri >= m_rows.size())
             return;
         ++m_spans;
         m_rows[ri].lod.add(r);
@@ -197,11 +196,9 @@ void TraceModel::append(const Record *records, std::size_t n)
         const Record &r = records[i];
         if (r.start < 0 || r.end < r.start || r.end > kMaxRunNs)
             continue; // outside any run's time: damaged, never indexed
-        ingestFromFile(r);
-        if (!r.isSpan() || !m_keepRaw)
-            continue;
-        const std::size_t ri = rowFor(r);
-        if (ri == std::size_t(-1))
+        const std::size_t ri = r.isSpan() ? rowFor(r) : std::size_t(-1);
+        ingestFromFile(r, ri);
+        if (!r.isSpan() || !m_keepRaw || ri == std::size_t(-1))
             continue;
         Row &row = m_rows[ri];
         if (!row.recent.empty() && r.start < row.recent.back().start)
@@ -284,17 +281,23 @@ void TraceModel::spansIn(std::size_t r, std::int64_t t0, std::int64_t t1, std::v
 
 void TraceModel::forEachRecord(const std::function<void(const Record &)> &f) const
 {
+    forEachRecord([&f](std::size_t, const Record &r) { f(r); });
+}
+
+void TraceModel::forEachRecord(const std::function<void(std::size_t row, const Record &)> &f) const
+{
     std::vector<Record> buf;
-    for (const Row &row : m_rows) {
+    for (std::size_t i = 0; i < m_rows.size(); ++i) {
+        const Row &row = m_rows[i];
         if (row.file)
             for (std::size_t b = 0; b < row.file->blocks().size(); ++b) {
                 row.file->readBlock(b, buf);
                 for (const Record &r : buf)
-                    f(r);
+                    f(i, r);
             }
         for (const Record &r : row.recent)
             if (r.start >= row.recentFrom || !row.file)
-                f(r);
+                f(i, r);
     }
 }
 
@@ -365,13 +368,13 @@ void TraceModel::adoptRowFiles(std::vector<std::unique_ptr<ChunkReader>> readers
 {
     for (auto &reader : readers) {
         const RowDescriptor &d = reader->row();
-        const auto it = m_rowIndex.find({d.worker, int(d.kind)});
+        const auto it = m_rowIndex.find({d.worker, int(d.kind), d.sub});
         std::size_t r;
         if (it == m_rowIndex.end()) {
             Row row;
             row.desc = d;
             r = m_rows.size();
-            m_rowIndex[{d.worker, int(d.kind)}] = r;
+            m_rowIndex[{d.worker, int(d.kind), d.sub}] = r;
             m_rows.push_back(std::move(row));
         } else {
             r = it->second;
@@ -380,6 +383,24 @@ void TraceModel::adoptRowFiles(std::vector<std::unique_ptr<ChunkReader>> readers
         m_rows[r].file = std::move(reader);
         m_rows[r].recentFrom = std::numeric_limits<std::int64_t>::max();
     }
+    sortRows();
+}
+
+void TraceModel::sortRows()
+{
+    // Sub-rows come from files (or the index) after the rows the constructor made; the views
+    // show a worker's rows together. Stable: the constructor's order already is this one.
+    const auto key = [](const Row &row) {
+        static constexpr int order[] = {0, 1, 3, 2}; // Worker, DataLane, Counters, CommLane
+        const auto k = std::size_t(row.desc.kind);
+        return std::make_tuple(row.desc.worker, k < 4 ? order[k] : 4, row.desc.sub);
+    };
+    std::stable_sort(m_rows.begin(), m_rows.end(), [&](const Row &a, const Row &b) { return key(a) < key(b); });
+    m_rowIndex.clear();
+    for (std::size_t r = 0; r < m_rows.size(); ++r)
+        m_rowIndex[{m_rows[r].desc.worker, int(m_rows[r].desc.kind), m_rows[r].desc.sub}] = r;
+    m_cache.clear(); // keyed by row position
+    m_cached = 0;
 }
 
 } // namespace syncopate

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace syncopate {
@@ -76,6 +77,8 @@ public:
     // Every record of every row, row by row, from the row files (then the recent spans not yet
     // in a file). Throws StoreError when a row file turns out damaged.
     void forEachRecord(const std::function<void(const Record &)> &f) const;
+    // The same with the row each record is in (a counter: the row whose file holds it).
+    void forEachRecord(const std::function<void(std::size_t row, const Record &)> &f) const;
     // Spans of row r starting in [t0, t1), estimated from the summary (cheap).
     std::uint64_t countIn(std::size_t r, std::int64_t t0, std::int64_t t1) const;
 
@@ -109,7 +112,9 @@ public:
     void saveIndex(const std::string &path) const;
     // False when the file is missing; throws StoreError when it is damaged.
     bool loadIndex(const std::string &path);
-    // Rows from the files of a run directory (their spans stay on disk).
+    // Rows from the files of a run directory (their spans stay on disk). A file's records belong
+    // to its row, whatever their lane says (an import's sub-rows). The rows end up ordered by
+    // worker, then kind (Worker, DataLane, CommLane, Counters), then sub-row.
     void adoptRowFiles(std::vector<std::unique_ptr<ChunkReader>> readers);
     // Reads every block of every row file once to rebuild summaries (a run whose index is
     // missing, e.g. interrupted). progress(fraction) may return false to cancel.
@@ -129,13 +134,15 @@ private:
         int stride = 1;
     };
     std::size_t rowFor(const Record &r);
+    void sortRows();
     void addCounter(const Record &r);
     void sortRecent(Row &row) const;
     void trim(Row &row);
     void thin(StepSeries &s);
     StepPoint &stepPoint(int worker, std::uint32_t step);
     const std::vector<Record> &block(std::size_t r, std::size_t b) const;
-    void ingestFromFile(const Record &r);
+    // Counts r; a span goes into row `row` (-1: none).
+    void ingestFromFile(const Record &r, std::size_t row);
 
     int m_workers = 0;
     bool m_dataLanes = false;
@@ -144,7 +151,7 @@ private:
     std::string m_dir;
     bool m_keepRaw = true;
     mutable std::vector<Row> m_rows;
-    std::map<std::pair<int, int>, std::size_t> m_rowIndex; // (worker, kind) -> row
+    std::map<std::tuple<int, int, int>, std::size_t> m_rowIndex; // (worker, kind, sub) -> row
     std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
     std::vector<int> m_counterStride;                               // [counter * workers + worker]
     std::vector<StepSeries> m_steps;
@@ -172,7 +179,7 @@ template <typename F> bool TraceModel::rebuildFromFiles(F &&progress)
         for (std::size_t b = 0; b < m_rows[r].file->blocks().size(); ++b) {
             m_rows[r].file->readBlock(b, buf);
             for (const Record &rec : buf)
-                ingestFromFile(rec);
+                ingestFromFile(rec, r);
             done += buf.size();
             if (!progress(total ? double(done) / double(total) : 1.0))
                 return false;

@@ -16,7 +16,9 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'I', 'D', 'X', '\0'};
 // 2: steps carry descheduled time; 3: a staleness histogram per worker
-constexpr std::uint32_t kIndexVersion = 5; // 4: copy and compute phases, comm lanes; 5: input wait, bn divergence
+// 4: copy and compute phases, comm lanes; 5: input wait, bn divergence; 6: a row's sub-row
+constexpr std::uint32_t kIndexVersion = 6;
+constexpr std::uint32_t kOldestIndexVersion = 5; // read as every row's sub-row 0
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t(1) << 31;
 
 class Out {
@@ -108,6 +110,7 @@ void TraceModel::saveIndex(const std::string &path) const
     for (Row &row : m_rows) {
         o.put<std::int32_t>(row.desc.worker);
         o.put<std::uint8_t>(std::uint8_t(row.desc.kind));
+        o.put<std::uint16_t>(std::uint16_t(row.desc.sub));
         o.putString(row.desc.name);
         row.lod.settle();
         o.put<std::int32_t>(row.lod.finestLevel());
@@ -198,9 +201,9 @@ bool TraceModel::loadIndex(const std::string &path)
     for (int i = 0; i < 8; ++i)
         in.get<char>();
     const auto version = in.get<std::uint32_t>();
-    if (version != kIndexVersion)
-        in.fail(8, "version " + std::to_string(version) + ", this Syncopate reads version " +
-                       std::to_string(kIndexVersion));
+    if (version < kOldestIndexVersion || version > kIndexVersion)
+        in.fail(8, "version " + std::to_string(version) + ", this Syncopate reads versions " +
+                       std::to_string(kOldestIndexVersion) + " to " + std::to_string(kIndexVersion));
     const auto workers = in.get<std::int32_t>();
     if (workers != m_workers)
         in.fail(12, std::to_string(workers) + " workers where the config has " + std::to_string(m_workers));
@@ -225,6 +228,7 @@ bool TraceModel::loadIndex(const std::string &path)
         if (kind >= std::uint8_t(RowKind::Count) || d.worker < 0 || d.worker > 65535)
             in.fail(in.pos(), "row of worker " + std::to_string(d.worker) + ", kind " + std::to_string(kind));
         d.kind = RowKind(kind);
+        d.sub = version >= 6 ? int(in.get<std::uint16_t>()) : 0;
         d.name = in.getString();
         const auto finest = in.get<std::int32_t>();
         const auto spans = in.get<std::uint64_t>();
@@ -244,9 +248,9 @@ bool TraceModel::loadIndex(const std::string &path)
                 if (b.dominant >= std::uint8_t(Phase::Count))
                     in.fail(in.pos(), "a summary bucket names phase " + std::to_string(b.dominant));
         }
-        auto it = m_rowIndex.find({d.worker, int(d.kind)});
+        auto it = m_rowIndex.find({d.worker, int(d.kind), d.sub});
         if (it == m_rowIndex.end()) {
-            it = m_rowIndex.emplace(std::make_pair(d.worker, int(d.kind)), m_rows.size()).first;
+            it = m_rowIndex.emplace(std::make_tuple(d.worker, int(d.kind), d.sub), m_rows.size()).first;
             m_rows.emplace_back();
         }
         Row &row = m_rows[it->second];
@@ -272,6 +276,7 @@ bool TraceModel::loadIndex(const std::string &path)
     for (auto &h : m_stalenessPerWorker)
         h = in.getVector<std::uint64_t>(kMaxStaleness, "a worker's staleness histogram");
     m_batchesPerWindow = in.getVector<std::uint32_t>(std::uint64_t(1e7) + 1, "the throughput windows");
+    sortRows();
     return true;
 }
 

@@ -72,13 +72,14 @@ std::string block(std::string_view columns, std::uint32_t count, std::int64_t mi
     return h + packed;
 }
 
-std::string fileHeader(int worker, RowKind kind, const char *name)
+std::string fileHeader(int worker, RowKind kind, const char *name, int sub = 0)
 {
     std::string h("SYNCROW", 8);
-    put<std::uint32_t>(h, kChunkVersion);
+    put<std::uint32_t>(h, sub == 0 ? 1 : kChunkVersion); // as ChunkWriter writes them
     put<std::uint32_t>(h, kRecordBytes);
     put<std::uint32_t>(h, std::uint32_t(worker));
     put<std::uint8_t>(h, std::uint8_t(kind));
+    put<std::uint16_t>(h, std::uint16_t(sub));
     h.resize(24, '\0');
     h += name;
     h.resize(kChunkFileHeaderBytes, '\0');
@@ -207,10 +208,12 @@ void fuzzRowFile(unsigned flags, std::string_view body)
     if (flags & 4) {
         file = std::string(body.substr(0, kChunkFileHeaderBytes));
     } else {
-        // Worker and kind from the input (bytes 16 and 20), the rest valid.
+        // Worker, kind and sub-row from the input (bytes 16, 20 and 21), the rest valid: the
+        // header may claim w1.syr's row, or a sub-row beside it.
         const unsigned char worker = static_cast<unsigned char>(body[16]) % 3;
         const unsigned char kind = static_cast<unsigned char>(body[20]) % 3;
-        file = fileHeader(worker, RowKind(kind), "fuzzed row");
+        const unsigned char sub = static_cast<unsigned char>(body[21]) % 3;
+        file = fileHeader(worker, RowKind(kind), "fuzzed row", sub);
     }
     body.remove_prefix(kChunkFileHeaderBytes);
     if (flags & 8) {
@@ -245,8 +248,8 @@ void fuzzIndex(unsigned flags, std::string_view body)
     std::string raw("SYNCIDX", 8);
     raw += body;
     if (!(flags & 4) && raw.size() >= 37 + 8) {
-        // version 1, 2 workers, 160 records: as the run's row files have, so the index is used
-        const std::uint32_t version = 1;
+        // version 6, 2 workers, 160 records: as the run's row files have, so the index is used
+        const std::uint32_t version = 6;
         const std::int32_t workers = 2;
         const std::uint64_t records = 160;
         std::memcpy(raw.data() + 8, &version, 4);
