@@ -219,6 +219,17 @@ bool has(const std::string &s, const std::string &part) { return s.find(part) !=
 
 const std::string kData = SYNCOPATE_TEST_DATA "/kineto/";
 
+// Each real trace is imported once for all the tests that read it: they are up to 35 MB of
+// JSON, and the sanitizer builds take minutes over each import.
+const KinetoJob &importedOnce(const std::string &path)
+{
+    static std::map<std::string, KinetoJob> jobs;
+    auto at = jobs.find(path);
+    if (at == jobs.end())
+        at = jobs.emplace(path, importKineto({path})).first;
+    return at->second;
+}
+
 // A trace's rows as its JSON gives them, by the README's rules but not the importer's code:
 // spans per GPU stream (kernels, copies and sets whose launching runtime call, else own start,
 // lies in a ProfilerStep window; the whole trace when it has none) and per CPU thread
@@ -268,14 +279,25 @@ Ns decimalNs(const std::string &s)
     return negative ? -v : v;
 }
 
+// The trace's events whose category is one of cats, as {"traceEvents": [...]}. nlohmann's
+// filtering parse (a callback) rescans the kept array at each event's end, quadratic in the
+// events kept, so this parses the whole file and keeps the events afterwards.
+json relevantEvents(const std::string &text, const std::set<std::string> &cats)
+{
+    json parsed = json::parse(text);
+    json &events = parsed.is_array() ? parsed : parsed["traceEvents"];
+    json kept = json::array();
+    for (json &e : events)
+        if (e.is_object() && e.contains("cat") && e["cat"].is_string() && cats.count(e["cat"].get<std::string>()))
+            kept.push_back(std::move(e));
+    return json{{"traceEvents", std::move(kept)}};
+}
+
 JsonRows rowsFromJson(const std::string &path)
 {
     static const std::set<std::string> cats = {"user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
                                                "cuda_runtime", "cuda_driver", "cpu_op"};
-    const json parsed = json::parse(quoteTimes(readAll(path)), [](int depth, json::parse_event_t ev, json &e) {
-        return !(depth == 2 && ev == json::parse_event_t::object_end &&
-                 !(e.contains("cat") && e["cat"].is_string() && cats.count(e["cat"].get<std::string>())));
-    });
+    const json parsed = relevantEvents(quoteTimes(readAll(path)), cats);
     const json &events = parsed.is_array() ? parsed : parsed["traceEvents"];
     auto ns = [](const json &v) { return v.is_string() ? decimalNs(v.get<std::string>()) : Ns(0); };
     std::vector<std::pair<Ns, Ns>> windows;
@@ -843,7 +865,7 @@ void TestKineto::realTracesImport()
 {
     for (const char *f : {"no_distributed_info.json.gz", "rank1_of_2_alltoall.json.gz", "rank3_of_8_alltoall.json.gz",
                           "rocm_mi250_basetime_ns.json.gz", "single_rank_allreduce.pt.trace.json.gz"}) {
-        const KinetoJob job = importKineto({kData + f});
+        const KinetoJob &job = importedOnce(kData + f);
         checkRecordOrder(job);
         QVERIFY(!job.steps.empty());
         std::map<std::pair<int, int>, int> spans; // (lane, phase) -> count
@@ -881,10 +903,7 @@ void TestKineto::realTraceFigures()
     QFETCH(int, world);
     const std::string path = kData + file.toStdString();
     static const std::set<std::string> cats = {"user_annotation", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver"};
-    const json doc = json::parse(readAll(path), [](int depth, json::parse_event_t ev, json &parsed) {
-        return !(depth == 2 && ev == json::parse_event_t::object_end &&
-                 !(parsed.contains("cat") && cats.count(parsed["cat"].get<std::string>())));
-    });
+    const json doc = relevantEvents(readAll(path), cats);
     struct Win {
         long long n;
         double ts, end, dur;
@@ -909,7 +928,7 @@ void TestKineto::realTraceFigures()
                                e["args"].value("correlation", -1LL),
                                cat == "kernel" && (name.rfind("ncclKernel", 0) == 0 || name.rfind("ncclDevKernel", 0) == 0)});
     }
-    const KinetoJob job = importKineto({path});
+    const KinetoJob &job = importedOnce(path);
     QCOMPARE(job.ranks.size(), std::size_t(1));
     QCOMPARE(job.ranks[0].rank, rank);
     QCOMPARE(job.worldSize, world);
@@ -973,7 +992,7 @@ void TestKineto::realTraceRows()
     QFETCH(QString, file);
     const std::string path = kData + file.toStdString();
     const JsonRows fromJson = rowsFromJson(path);
-    const KinetoJob job = importKineto({path});
+    const KinetoJob &job = importedOnce(path);
     QTemporaryDir dir;
     const std::string run = dir.path().toStdString() + "/run";
     writeImportedRun(job, run);
