@@ -162,6 +162,10 @@ void printSummary(const RunConfig &config, const nlohmann::json &s, const std::s
             std::printf(", accuracy %.2f%%", 100.0 * num("final_eval_accuracy"));
         std::printf(" on held-out data\n");
     }
+    if (s.contains("evals_skipped") && s["evals_skipped"].is_number_integer() && s["evals_skipped"].get<std::int64_t>() > 0)
+        std::printf("note      the evaluator fell behind: %lld snapshot(s) skipped, replaced by newer ones while it "
+                    "scored (eval.every smaller than one evaluation's worth of pushes)\n",
+                    (long long)s["evals_skipped"].get<std::int64_t>());
     if (s.contains("reduce")) {
         const auto &r = s["reduce"];
         std::printf("reduce    %s: %.3f ms per step for %.2f MiB, algbw %.2f GB/s, busbw %.2f GB/s\n",

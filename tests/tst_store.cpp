@@ -2,7 +2,9 @@
 // opens with its complete blocks and never a misread record, foreign, newer and damaged files
 // are refused by name and offset; the TraceModel sorts out-of-order input in O(n log n), serves
 // spans from files and memory alike, and its index round-trips; sub-rows (an import's streams
-// and threads) keep their spans in their own rows through files, index and trace.json.
+// and threads) keep their spans in their own rows through files, index and trace.json; the
+// async evaluator's row and counters likewise, and a run written before it existed (an async
+// run whose workers recorded the evaluations, index version 6) opens as it always did.
 #include "chunkfile.h"
 #include "config.h"
 #include "runstore.h"
@@ -32,6 +34,8 @@ private Q_SLOTS:
     void summaryCountsAndLevels();
     void indexRoundTrips();
     void subRowsKeepTheirSpans();
+    void evaluatorRowKeepsItsRecords();
+    void olderAsyncRunStillLoads();
     void summaryFieldsOfTheWrongTypeAreDropped();
     void hugeDurationsKeepTheSummaryDefined();
 
@@ -427,6 +431,145 @@ void TestStore::subRowsKeepTheirSpans()
         QVERIFY(at != rows.end());
         QCOMPARE(perThread[tid], spans[std::size_t(at - rows.begin())]);
     }
+}
+
+static std::uint32_t fileVersion(const std::string &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    std::uint32_t v = 0;
+    in.seekg(8);
+    in.read(reinterpret_cast<char *>(&v), 4);
+    return v;
+}
+
+// Two workers and the evaluator (worker 2): its spans and eval counters in evaluator.syr, a row
+// of its own after the workers', a counter series of its own, none of the workers' figures.
+void TestStore::evaluatorRowKeepsItsRecords()
+{
+    const std::string dir = QDir(m_dir.path()).filePath(QStringLiteral("evaluator")).toStdString();
+    std::filesystem::create_directories(dir);
+    RunConfig c = parseConfig(nlohmann::json{{"mode", "async"}, {"workers", 2}, {"data.prefetch", false}});
+    std::ofstream(dir + "/config.json") << c.toJson().dump();
+    for (int w = 0; w < 2; ++w) {
+        ChunkWriter writer(dir + "/" + rowFileName({w, RowKind::Worker, {}}), {w, RowKind::Worker, "worker"});
+        for (const Record &r : steps(w, 10))
+            writer.append(r);
+        writer.flush();
+    }
+    const RowDescriptor evaluator{2, RowKind::Evaluator, "evaluator"};
+    QCOMPARE(rowFileName(evaluator), std::string("evaluator.syr"));
+    const std::vector<double> losses = {0.9, 0.5, 0.25};
+    {
+        ChunkWriter writer(dir + "/evaluator.syr", evaluator);
+        for (std::size_t i = 0; i < losses.size(); ++i) {
+            const auto v = std::uint32_t(4 * (i + 1));
+            const std::int64_t t = 1000000 * std::int64_t(i + 1);
+            writer.append(Record::span(2, Phase::Eval, Lane::Compute, v, t, t + 5000, v));
+            writer.append(Record::counterSample(2, CounterId::EvalLoss, v, t + 5000, losses[i]));
+        }
+        writer.flush();
+    }
+    // Only the evaluator's file is version 3: the workers' stay readable by older builds.
+    QCOMPARE(fileVersion(dir + "/evaluator.syr"), 3u);
+    QCOMPARE(fileVersion(dir + "/w0.syr"), 1u);
+    QCOMPARE(ChunkReader(dir + "/evaluator.syr").row().kind, RowKind::Evaluator);
+    for (const bool indexed : {false, true}) {
+        bool rebuilt = false;
+        const OpenedRun run = openRunDirectory(dir, [&](double) { return rebuilt = true; });
+        QCOMPARE(rebuilt, !indexed);
+        const TraceModel &t = *run.trace;
+        QCOMPARE(t.rowCount(), std::size_t(3));
+        QCOMPARE(t.row(2).kind, RowKind::Evaluator);
+        QCOMPARE(t.row(2).worker, 2);
+        QCOMPARE(t.row(2).name, std::string("evaluator"));
+        QCOMPARE(t.lod(2).spans(), std::uint64_t(losses.size()));
+        const auto &points = t.counter(CounterId::EvalLoss, 2);
+        QCOMPARE(points.size(), losses.size());
+        for (std::size_t i = 0; i < losses.size(); ++i) {
+            QCOMPARE(points[i].value, losses[i]);
+            QCOMPARE(points[i].step, std::uint32_t(4 * (i + 1)));
+        }
+        QVERIFY(t.counter(CounterId::EvalLoss, 0).empty());
+        // Per-worker aggregates are the workers' alone.
+        QCOMPARE(t.phaseTimeIn(0, double(t.endNs())).size(), std::size_t(2));
+        QVERIFY(std::abs(t.steps(0).at(0).waitMs - double(steps(0, 1)[2].duration()) / 1e6) < 1e-9);
+        if (!indexed)
+            t.saveIndex(dir + "/index.syi");
+    }
+    // A model fed live makes the row with the evaluator's first span, last.
+    TraceModel live(2, false, 8);
+    live.append(steps(0, 3));
+    live.append({Record::counterSample(2, CounterId::EvalLoss, 4, 10, 0.5)});
+    QCOMPARE(live.rowCount(), std::size_t(2)); // a counter alone makes no row
+    live.append({Record::span(2, Phase::Eval, Lane::Compute, 4, 5, 9, 4), Record::span(3, Phase::Eval, Lane::Compute, 4, 5, 9, 4)});
+    QCOMPARE(live.rowCount(), std::size_t(3));
+    QCOMPARE(live.row(2).kind, RowKind::Evaluator);
+    QCOMPARE(live.counter(CounterId::EvalLoss, 2).size(), std::size_t(1));
+    QCOMPARE(live.spanCount(), std::uint64_t(3 * 3 + 1)); // worker 3 does not exist: not counted
+    // No other row may claim the evaluator's place, nor the evaluator another.
+    std::filesystem::remove(dir + "/index.syi");
+    {
+        ChunkWriter writer(dir + "/w2.syr", {2, RowKind::Worker, "worker 2"});
+    }
+    QVERIFY_THROWS_EXCEPTION(StoreError, openRunDirectory(dir));
+    std::filesystem::remove(dir + "/w2.syr");
+    {
+        ChunkWriter writer(dir + "/evaluator.syr", {1, RowKind::Evaluator, "evaluator"});
+    }
+    QVERIFY_THROWS_EXCEPTION(StoreError, openRunDirectory(dir));
+    // A file of an older version cannot hold the evaluator's kind: damaged, refused.
+    {
+        ChunkWriter writer(dir + "/evaluator.syr", evaluator);
+    }
+    std::fstream f(dir + "/evaluator.syr", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(8);
+    const std::uint32_t two = 2;
+    f.write(reinterpret_cast<const char *>(&two), 4);
+    f.close();
+    QVERIFY_THROWS_EXCEPTION(StoreError, ChunkReader(dir + "/evaluator.syr"));
+}
+
+// tests/data/runs/async-index6: an async run (2 workers, 40 updates, an evaluation every 10)
+// written by the build before the evaluator, whose workers recorded the evaluations on their
+// own rows; index version 6, row files version 1. It opens from its index and from its row
+// files alike, with its rows and eval points where they were.
+void TestStore::olderAsyncRunStillLoads()
+{
+    const std::string dir = QDir(m_dir.path()).filePath(QStringLiteral("async-index6")).toStdString();
+    std::filesystem::copy(SYNCOPATE_TEST_DATA "/runs/async-index6", dir, std::filesystem::copy_options::recursive);
+    QCOMPARE(fileVersion(dir + "/w0.syr"), 1u);
+    for (const bool indexed : {true, false}) {
+        if (!indexed)
+            std::filesystem::remove(dir + "/index.syi");
+        bool rebuilt = false;
+        const OpenedRun run = openRunDirectory(dir, [&](double) { return rebuilt = true; });
+        QCOMPARE(rebuilt, !indexed);
+        QVERIFY(!run.interrupted);
+        QVERIFY(run.summaryProblems.empty());
+        const TraceModel &t = *run.trace;
+        QCOMPARE(t.rowCount(), std::size_t(4)); // each worker's and its prefetch lane, no evaluator
+        for (std::size_t r = 0; r < t.rowCount(); ++r)
+            QVERIFY(t.row(r).kind != RowKind::Evaluator && t.row(r).worker < 2);
+        std::vector<std::uint32_t> steps;
+        std::vector<double> losses;
+        for (int w = 0; w < 2; ++w)
+            for (const CounterPoint &p : t.counter(CounterId::EvalLoss, w)) {
+                steps.push_back(p.step);
+                losses.push_back(p.value);
+            }
+        QVERIFY(t.counter(CounterId::EvalLoss, 2).empty());
+        std::sort(steps.begin(), steps.end());
+        QCOMPARE(steps, (std::vector<std::uint32_t>{10, 20, 30, 40}));
+        QCOMPARE(run.summary["eval"].size(), std::size_t(4));
+        QVERIFY(!run.summary.contains("evals_skipped"));
+        std::uint64_t evalSpans = 0;
+        t.forEachRecord([&](const Record &r) { evalSpans += r.isSpan() && r.phase() == Phase::Eval ? 1 : 0; });
+        QCOMPARE(evalSpans, std::uint64_t(4));
+        if (!indexed) // the index written now is this build's, and opens again
+            t.saveIndex(dir + "/index.syi");
+    }
+    QCOMPARE(openRunDirectory(dir).trace->rowCount(), std::size_t(4));
+    exportTraceJson(dir + "/trace.json", dir);
 }
 
 // A run folder of two rows and the given summary.json.

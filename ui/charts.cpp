@@ -529,9 +529,10 @@ void ChartsWidget::fillLoss()
             lowest->setData(bx, lo, true);
             highest->setData(bx, hi, true);
         }
-        // Held-out loss as dots, recorded by whichever worker completed that evaluation.
+        // Held-out loss as dots: sync records it on the worker that completed the evaluation,
+        // async on its evaluator (series workers(); older async runs on the workers).
         QVector<double> ex, ey;
-        for (int w = 0; w < run.workers(); ++w)
+        for (int w = 0; w <= run.workers(); ++w)
             for (const auto &pt : run.counter(CounterId::EvalLoss, w)) {
                 // An evaluation's step is the steps (or server updates) done when it ran.
                 ex.push_back(time ? pt.tNs / 1e6 : double(pt.step) * perKey);

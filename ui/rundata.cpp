@@ -43,6 +43,8 @@ std::shared_ptr<RunData> RunData::fromOpened(const OpenedRun &opened, const QStr
 void RunData::append(const std::vector<Record> &records)
 {
     m_trace->append(records);
+    if (m_trace->rowCount() != m_rows.size())
+        listRows();
     std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
     for (const Record &r : records)
         if (r.isSpan())
@@ -72,7 +74,8 @@ void RunData::listRows()
     m_rows.clear();
     for (std::size_t r = 0; r < m_trace->rowCount(); ++r)
         m_rows.push_back({m_trace->row(r).worker, m_trace->row(r).kind == RowKind::DataLane,
-                          m_trace->row(r).kind == RowKind::CommLane, QString::fromStdString(m_trace->row(r).name)});
+                          m_trace->row(r).kind == RowKind::CommLane, QString::fromStdString(m_trace->row(r).name),
+                          m_trace->row(r).kind == RowKind::Evaluator});
 }
 
 void RunData::setDirectory(const QString &dir)
@@ -86,6 +89,8 @@ QString RunData::rowLabel(const TimelineRow &row) const
 {
     if (m_imported)
         return row.name;
+    if (row.evaluator)
+        return QObject::tr("evaluator");
     const auto ranks = summary.find("ranks");
     if (ranks == summary.end() || !ranks->is_array())
         return {};
@@ -109,6 +114,8 @@ QString RunData::workerName(int worker) const
 {
     if (m_imported)
         return QObject::tr("rank %1").arg(worker >= 0 && std::size_t(worker) < m_ranks.size() ? m_ranks[std::size_t(worker)] : worker);
+    if (worker == m_config.workers) // the async evaluator records as the worker after the last
+        return QObject::tr("evaluator");
     return QObject::tr("worker %1").arg(worker);
 }
 

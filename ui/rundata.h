@@ -25,6 +25,7 @@ struct TimelineRow {
     bool dataLane = false; // a thin row: the prefetch lane under a worker's main row, an import's CPU thread
     bool commLane = false; // an older import's GPU communication row (a newer one has a row per stream)
     QString name;          // as the store names it: "worker 3", "rank 3 stream 7", "rank 3 thread 1234"
+    bool evaluator = false; // async: the evaluator's row, after the workers' (worker == workers())
 };
 
 class RunData {
@@ -41,11 +42,12 @@ public:
     // An imported profiler trace (summary.json source "kineto"): workers are ranks, and it has
     // no loss, staleness or activation memory.
     bool imported() const { return m_imported; }
-    // "worker 3", or "rank 3" for an import (its rank number, not its position).
+    // "worker 3", or "rank 3" for an import (its rank number, not its position); "evaluator"
+    // for worker workers() of an async run (its evaluator's records).
     QString workerName(int worker) const;
     // The row axis label of one of rows(): the store's name for an import ("rank 3 stream 7"),
     // "rank 1 @ host ±12 µs, w3" for a run over MPI ranks (the uncertainty of the rank's clock
-    // offset to rank 0, from summary.json), else empty (the view's own).
+    // offset to rank 0, from summary.json), "evaluator", else empty (the view's own).
     QString rowLabel(const TimelineRow &row) const;
     // An import's first ProfilerStep number: step i of the trace model is step firstStep() + i.
     std::int64_t firstStep() const { return m_firstStep; }
@@ -62,7 +64,9 @@ public:
     std::int64_t earliestStartSince(std::uint64_t appended) const;
 
     const TraceModel &trace() const { return *m_trace; }
+    // Grows by the evaluator's row when its first span comes in.
     const std::vector<TimelineRow> &rows() const { return m_rows; }
+    // worker 0 to workers(); workers() is the async evaluator's (held-out loss and accuracy).
     const std::vector<CounterPoint> &counter(CounterId c, int worker) const { return m_trace->counter(c, worker); }
     // Stall time (Record::isStall) per worker and step point, in ms per step; a point stands for
     // stepsPerPoint(worker) steps once a long run has been thinned.

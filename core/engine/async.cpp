@@ -2,13 +2,19 @@
 // pulls (parameters, version), computes, pushes; the server applies at once.
 // staleness = server version at apply - version pulled. Options: the stale-synchronous bound
 // (no worker starts a step more than s ahead of the slowest) and the staleness-aware rate.
+// Held-out evaluation is a thread of its own, the evaluator, that scores snapshots of the
+// server's parameters while training goes on (EvaluatorStatus in engine.h says the policy).
 #include "batchnormsync.h"
 #include "engine.h"
 #include "strategy.h"
 #include "worker.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <array>
 #include <condition_variable>
+#include <stdexcept>
 
 namespace syncopate {
 
@@ -30,6 +36,29 @@ public:
         m_done.assign(std::size_t(e.m_config.workers), 0);
         if (e.m_config.batchnorm != "none")
             m_bnServer = Model::initialRunningStats(e.m_workers.front()->model->spec());
+        if (e.m_evalModel) {
+            for (Snapshot &s : m_slots) {
+                s.params.resize(n);
+                s.bn.resize(m_bnServer.size());
+            }
+            m_pending.reserve(kSlots); // pushes never allocate
+        }
+    }
+
+    ~AsyncStrategy() override
+    {
+        // The run's thread joins the evaluator in afterWorkers(); this is for a run whose
+        // thread never got that far.
+        if (m_evaluator.joinable()) {
+            {
+                std::lock_guard q(m_queueMutex);
+                m_closing = true;
+                m_hold = false;
+                m_pending.clear();
+            }
+            m_evalCv.notify_all();
+            m_evaluator.join();
+        }
     }
 
     void runWorker(WorkerState &w) override
@@ -45,6 +74,10 @@ public:
             std::lock_guard lock(m_mutex);
         }
         m_cv.notify_all();
+        {
+            std::lock_guard q(m_queueMutex);
+        }
+        m_evalCv.notify_all();
     }
 
     std::vector<float> finalParams() const override
@@ -55,22 +88,60 @@ public:
         return host;
     }
 
-    // Evaluates the server's parameters once the workers are done.
+    void beforeWorkers() override
+    {
+        if (!hasEvaluator())
+            return;
+        m_evalRec.setTracing(m_engine.m_tracing);
+        m_evaluator = std::thread([this] { runEvaluator(); });
+    }
+
+    // The server's final parameters go to the evaluator like any snapshot (so they are scored
+    // after what waits, and always); then the evaluator finishes its queue and is joined. A
+    // run that stopped or failed scores nothing more.
     void afterWorkers() override
     {
+        if (!m_evaluator.joinable())
+            return;
         Engine &e = m_engine;
         const bool complete = e.m_progress.load() >= e.m_config.steps;
-        if (!e.error().empty() || !complete || !e.m_evalModel)
-            return;
-        WorkerState &w0 = *e.m_workers.front();
-        const auto params = finalParams();
-        std::copy(params.begin(), params.end(), w0.snapshot.begin());
-        try {
-            e.evaluate(w0, e.m_progress.load(), w0.snapshot.data(), e.m_progress.load(),
-                       batchNorm() ? m_bnServer.data() : nullptr);
-        } catch (const std::exception &ex) {
-            e.fail(0, e.m_progress.load(), Phase::Eval, ex.what());
+        if (e.error().empty() && complete) {
+            std::lock_guard lock(m_mutex);
+            {
+                std::lock_guard q(m_queueMutex);
+                m_complete = true; // a stop from now on leaves the last evaluations to finish
+            }
+            offerSnapshot(m_version);
         }
+        {
+            std::lock_guard q(m_queueMutex);
+            m_closing = true;
+        }
+        m_evalCv.notify_all();
+        m_evaluator.join();
+    }
+
+    void drainRecords(std::vector<Record> &out) override { m_evalRing.drain(out); }
+
+    EvaluatorStatus evaluatorStatus() const override
+    {
+        EvaluatorStatus st;
+        st.active = hasEvaluator();
+        std::lock_guard q(m_queueMutex);
+        st.scoring = m_scoring >= 0 ? m_slots[std::size_t(m_scoring)].version : -1;
+        for (const int slot : m_pending)
+            st.pending.push_back(m_slots[std::size_t(slot)].version);
+        st.skipped = m_skipped;
+        return st;
+    }
+
+    void holdEvaluator(bool hold) override
+    {
+        {
+            std::lock_guard q(m_queueMutex);
+            m_hold = hold;
+        }
+        m_evalCv.notify_all();
     }
 
 private:
@@ -148,8 +219,6 @@ private:
         }
 
         e.enter(w, Phase::Push, step);
-        bool evalDue = false;
-        std::int64_t version = 0;
         {
             std::unique_lock lock(m_mutex, std::defer_lock);
             lockServer(lock);
@@ -166,7 +235,7 @@ private:
             }
             m_optimizer->step(m_master.data(), grads, scale);
             m_device->synchronize();
-            version = ++m_version;
+            const std::int64_t version = ++m_version;
             ++m_done[std::size_t(w.index)];
             e.m_progress = version;
             w.rec.span(Phase::Push, s32, t0, w.rec.now(), double(staleness));
@@ -182,17 +251,85 @@ private:
                 w.rec.counter(CounterId::BnDivergence, s32,
                               relativeDistance(w.bnOwn.data(), m_bnServer.data(), m_bnServer.size()));
             }
-            evalDue = e.m_evalModel && c.evalEvery > 0 && version % c.evalEvery == 0 &&
-                      version < c.steps;
-            if (evalDue) { // a consistent snapshot: the server's parameters at this version
-                m_device->download(w.snapshot.data(), m_master.data(), n);
-                std::copy(m_bnServer.begin(), m_bnServer.end(), w.bnSnapshot.begin());
-            }
+            // A consistent snapshot: the server's parameters at this version, handed to the
+            // evaluator without waiting for it (the final version is offered at the end).
+            if (hasEvaluator() && c.evalEvery > 0 && version % c.evalEvery == 0 && version < c.steps)
+                offerSnapshot(version);
             m_cv.notify_all();
         }
-        if (evalDue)
-            e.evaluate(w, version, w.snapshot.data(), version, batchNorm() ? w.bnSnapshot.data() : nullptr);
         return !e.stopping();
+    }
+
+    bool hasEvaluator() const { return !m_slots.front().params.empty(); }
+
+    // Under the server's lock, which serialises the offers (so a slot taken out of the queue
+    // to be filled is nobody else's): the server's parameters and batch-norm statistics at
+    // `version` into a free slot, or into the newest waiting one's (that version is skipped).
+    // Copies and allocates nothing else, and never waits for the evaluator.
+    void offerSnapshot(std::int64_t version)
+    {
+        int slot = -1;
+        {
+            std::lock_guard q(m_queueMutex);
+            for (int i = 0; i < kSlots && slot < 0; ++i)
+                if (i != m_scoring && std::find(m_pending.begin(), m_pending.end(), i) == m_pending.end())
+                    slot = i;
+            if (slot < 0) {
+                slot = m_pending.back();
+                m_pending.pop_back();
+                ++m_skipped;
+            }
+        }
+        Snapshot &s = m_slots[std::size_t(slot)];
+        m_device->download(s.params.data(), m_master.data(), s.params.size());
+        std::copy(m_bnServer.begin(), m_bnServer.end(), s.bn.begin());
+        s.version = version;
+        {
+            std::lock_guard q(m_queueMutex);
+            m_pending.push_back(slot);
+        }
+        m_evalCv.notify_all();
+    }
+
+    // The evaluator's thread: the oldest waiting snapshot, scored into its own recorder, until
+    // the queue is closed and empty, or the run stops (or fails) before it completed.
+    void runEvaluator()
+    {
+        pthread_setname_np(pthread_self(), "syncopate-eval");
+        Engine &e = m_engine;
+        std::int64_t version = 0;
+        try {
+            e.m_evalModel->device().bindThread();
+            for (;;) {
+                int slot;
+                {
+                    std::unique_lock q(m_queueMutex);
+                    const auto abandoned = [&] { return e.stopping() && !m_complete; };
+                    m_evalCv.wait(q, [&] { return abandoned() || !m_pending.empty() || m_closing; });
+                    if (abandoned() || m_pending.empty())
+                        break;
+                    slot = m_pending.front();
+                    m_pending.erase(m_pending.begin());
+                    m_scoring = slot;
+                    m_evalCv.wait(q, [&] { return !m_hold || abandoned(); });
+                    if (abandoned())
+                        break;
+                }
+                const Snapshot &s = m_slots[std::size_t(slot)];
+                version = s.version;
+                // Test hook: injectFault(workers, version, Phase::Eval) fails the evaluator.
+                if (e.m_fault.worker == e.m_config.workers && e.m_fault.step == version &&
+                    e.m_fault.phase == Phase::Eval)
+                    throw std::runtime_error("injected fault");
+                e.evaluate(m_evalRec, version, s.params.data(), version, batchNorm() ? s.bn.data() : nullptr);
+                std::lock_guard q(m_queueMutex);
+                m_scoring = -1;
+            }
+        } catch (const std::exception &ex) {
+            e.fail("the evaluator", version, Phase::Eval, ex.what());
+        }
+        std::lock_guard q(m_queueMutex);
+        m_scoring = -1;
     }
 
     mutable std::mutex m_mutex;
@@ -208,6 +345,28 @@ private:
     // empty without batch norm.
     std::vector<float> m_bnServer;
     bool batchNorm() const { return !m_bnServer.empty(); }
+
+    // The evaluator. Three slots: one being scored and two waiting, so that a short burst of
+    // pushes while it scores loses nothing, in 3 copies of the parameters in all.
+    struct Snapshot {
+        std::vector<float> params, bn; // empty: no evaluator (no held-out data)
+        std::int64_t version = 0;
+    };
+    static constexpr int kSlots = 3;
+    std::array<Snapshot, kSlots> m_slots;
+    // Lock order: m_mutex, then m_queueMutex; the evaluator never takes the server's lock.
+    mutable std::mutex m_queueMutex;
+    std::condition_variable m_evalCv;
+    std::vector<int> m_pending; // slots waiting, oldest version first (guarded by m_queueMutex)
+    int m_scoring = -1;         // the slot being scored
+    std::int64_t m_skipped = 0;
+    bool m_closing = false;  // no more offers: finish the queue and end
+    bool m_complete = false; // the run completed: a late stop does not abandon the queue
+    bool m_hold = false;     // test hook
+    // The evaluator's own ring: a few records per evaluation, so 4096 outlast any queue.
+    RecordRing m_evalRing{std::size_t(1) << 12};
+    Recorder m_evalRec{m_engine.m_config.workers, m_engine.m_clock, m_evalRing};
+    std::thread m_evaluator;
 };
 
 std::unique_ptr<Strategy> makeAsyncStrategy(Engine &engine)

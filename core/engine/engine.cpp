@@ -94,11 +94,9 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
             w->devLabels = DeviceBuffer(*w->device, std::size_t(m_config.batch));
             w->devY = DeviceBuffer(*w->device, targets);
         }
-        w->snapshot.resize(n);
         const std::size_t stats = w->model->runningStatsCount();
         w->bnBatch.resize(stats);
         w->bnOwn.resize(stats);
-        w->bnSnapshot.resize(stats);
         m_workers.push_back(std::move(w));
     }
     if (m_config.batchnorm == "sync") {
@@ -111,20 +109,21 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         for (const auto &w : m_workers)
             w->model->setBatchNormReducer(&m_bnGroup->member(w->local));
     }
-    m_strategy = m_config.async() ? makeAsyncStrategy(*this) : makeSyncStrategy(*this);
     if (m_eval && m_eval->samples > 0) {
         m_evalDevice = makeDevice(first);
         ModelSpec plain = spec;
         plain.checkpointEvery = 0;
         m_evalModel = std::make_unique<Model>(*m_evalDevice, plain, m_config.batch);
         // Room for every evaluation of the run, so recording one does not allocate on the
-        // worker that completes it (async runs count server updates, which steps bound too).
+        // thread that completes it (async runs count server updates, which steps bound too).
         m_evalHistory.reserve(std::size_t(
             (m_config.evalEvery > 0 ? m_config.steps / m_config.evalEvery : 0) + 2));
         if (!m_config.async()) // sync evaluates in shards, at least at the end
             for (const auto &w : m_workers)
                 w->model->reserveEvaluation();
     }
+    // After the evaluation model: the async strategy sizes its evaluator's snapshots by it.
+    m_strategy = m_config.async() ? makeAsyncStrategy(*this) : makeSyncStrategy(*this);
 }
 
 std::unique_ptr<Device> Engine::makeDevice(int worker) const
@@ -255,6 +254,10 @@ std::vector<EvalPoint> Engine::evalHistory() const
     return m_evalHistory;
 }
 
+EvaluatorStatus Engine::evaluatorStatus() const { return m_strategy->evaluatorStatus(); }
+
+void Engine::holdEvaluator(bool hold) { m_strategy->holdEvaluator(hold); }
+
 void Engine::setSlowdown(int worker, double factor)
 {
     if (WorkerState *w = localWorker(worker))
@@ -307,15 +310,18 @@ std::vector<float> Engine::replicaParams(int worker) const
 
 void Engine::fail(int worker, std::int64_t step, Phase phase, const std::string &what)
 {
+    std::string who = "worker " + std::to_string(worker);
+    if (m_comm->ranks() > 1)
+        who += " (" + m_comm->rankName(m_comm->rankOfWorker(m_config.workers, worker)) + ")";
+    fail(who, step, phase, what);
+}
+
+void Engine::fail(const std::string &who, std::int64_t step, Phase phase, const std::string &what)
+{
     {
         std::lock_guard lock(m_doneMutex);
-        if (m_error.empty()) {
-            m_error = "worker " + std::to_string(worker);
-            if (m_comm->ranks() > 1)
-                m_error += " (" + m_comm->rankName(m_comm->rankOfWorker(m_config.workers, worker)) + ")";
-            m_error += " failed at step " + std::to_string(step) + " (" + phaseName(phase) +
-                       "): " + what;
-        }
+        if (m_error.empty())
+            m_error = who + " failed at step " + std::to_string(step) + " (" + phaseName(phase) + "): " + what;
     }
     requestStop();
 }
@@ -337,6 +343,7 @@ void Engine::drain(bool final)
     m_drained.clear();
     for (auto &w : m_workers)
         w->ring.drain(m_drained);
+    m_strategy->drainRecords(m_drained);
     if (!m_comm->root()) {
         // Another rank: the records go to rank 0, on its clock, in batches of about 100 ms
         // (the workers' rings hold seconds of them).
@@ -405,6 +412,8 @@ RunOutcome Engine::outcome() const
     o.wallNs = elapsedNs();
     o.stepsCompleted = progress();
     o.eval = evalHistory();
+    if (const EvaluatorStatus ev = evaluatorStatus(); ev.active)
+        o.evalsSkipped = ev.skipped;
     o.reduceAlgorithm = reduceAlgorithm();
     o.devices = deviceNames();
     if (m_comm->ranks() > 1) {
@@ -444,6 +453,7 @@ nlohmann::json Engine::summary() const
 void Engine::supervise()
 {
     pthread_setname_np(pthread_self(), "syncopate-run");
+    m_strategy->beforeWorkers();
     for (auto &w : m_workers) {
         WorkerState *ws = w.get();
         ws->thread = std::thread([this, ws] {
@@ -639,26 +649,27 @@ void Engine::computeStep(WorkerState &w, std::int64_t step)
     delayStep(w, step, w.rec.now() - computeStart);
 }
 
-void Engine::evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version,
+void Engine::evaluate(Recorder &rec, std::int64_t step, const float *params, std::int64_t version,
                       const float *running)
 {
-    std::lock_guard lock(m_evalMutex);
-    const std::int64_t t0 = w.rec.now();
+    // The history's lock only for the record: the collector reads the history for the summary
+    // and should not wait for an evaluation.
+    const std::int64_t t0 = rec.now();
     m_evalModel->device().upload(m_evalModel->params(), params, m_evalModel->paramCount());
     const EvalResult r = m_evalModel->evaluate(m_eval->x.data(), m_eval->labels.data(),
                                                m_eval->y.data(), m_eval->samples, running);
-    w.rec.span(Phase::Eval, std::uint32_t(step), t0, w.rec.now(), double(version));
-    recordEval(w, step, r);
+    rec.span(Phase::Eval, std::uint32_t(step), t0, rec.now(), double(version));
+    std::lock_guard lock(m_evalMutex);
+    recordEval(rec, step, r);
 }
 
-void Engine::recordEval(WorkerState &w, std::int64_t step, const EvalResult &r)
+void Engine::recordEval(Recorder &rec, std::int64_t step, const EvalResult &r)
 {
     const auto s32 = std::uint32_t(step);
-    w.rec.counter(CounterId::EvalLoss, s32, r.loss);
+    rec.counter(CounterId::EvalLoss, s32, r.loss);
     if (m_config.classification())
-        w.rec.counter(CounterId::EvalAccuracy, s32, r.accuracy);
-    // Async workers evaluate their snapshots concurrently, so a later version can finish
-    // first; the history stays in step order.
+        rec.counter(CounterId::EvalAccuracy, s32, r.accuracy);
+    // Kept in step order whoever records (sync: the last worker of a step to finish its shard).
     const auto at = std::upper_bound(m_evalHistory.begin(), m_evalHistory.end(), step,
                                      [](std::int64_t s, const EvalPoint &p) { return s < p.step; });
     m_evalHistory.insert(at, {step, r.loss, r.accuracy});

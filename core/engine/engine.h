@@ -43,6 +43,18 @@ struct EvalPoint {
     double accuracy = 0;
 };
 
+// Async: the evaluator thread scores snapshots of the server's parameters in version order.
+// A push that makes an evaluation due copies the snapshot into one of a few preallocated
+// slots and goes on; while the evaluator is busy with one, the others wait. With every slot
+// taken, the newest waiting snapshot gives its slot to the new one and its version is
+// skipped: the evaluator scores the oldest waiting first, and always the latest.
+struct EvaluatorStatus {
+    bool active = false;           // an async run with held-out data
+    std::int64_t scoring = -1;     // the version being scored (or held by the test hook), -1: none
+    std::vector<std::int64_t> pending; // versions waiting, oldest first
+    std::int64_t skipped = 0;      // snapshots replaced before they were scored
+};
+
 class Engine {
 public:
     // comm: how this process's workers reach the others; null: every worker a thread here.
@@ -106,8 +118,15 @@ public:
 
     const Communicator &communicator() const { return *m_comm; }
 
-    // Test hooks. A fault throws when the worker enters that phase of that step.
+    // Async: what the evaluator is doing (inactive in sync, or without held-out data).
+    EvaluatorStatus evaluatorStatus() const;
+
+    // Test hooks. A fault throws when the worker enters that phase of that step (async: worker
+    // `workers` with Phase::Eval fails the evaluator as it takes that version's snapshot).
     void injectFault(int worker, std::int64_t step, Phase phase);
+    // Async: while held, the evaluator takes its next snapshot and waits before scoring it
+    // (evaluatorStatus().scoring says which); a stop ends the wait.
+    void holdEvaluator(bool hold);
     // Async: server operations happen exactly in this order; each entry is a worker index,
     // positive for a pull (w + 1) and negative for a push (-(w + 1)).
     void scriptServerOrder(std::vector<int> order);
@@ -128,16 +147,20 @@ private:
     void enter(WorkerState &w, Phase p, std::int64_t step);
     void flushDeviceSpans(WorkerState &w);
     bool sleepCancellable(std::int64_t ns);
-    // running: batch norm's running statistics to evaluate with (host memory; null without BN).
-    void evaluate(WorkerState &w, std::int64_t step, const float *params, std::int64_t version,
+    // Scores params on the held-out data with m_evalModel, recorded on rec: one thread at a
+    // time (the async evaluator). running: batch norm's running statistics to evaluate with
+    // (host memory; null without BN).
+    void evaluate(Recorder &rec, std::int64_t step, const float *params, std::int64_t version,
                   const float *running = nullptr);
     // Caller holds m_evalMutex.
-    void recordEval(WorkerState &w, std::int64_t step, const EvalResult &r);
+    void recordEval(Recorder &rec, std::int64_t step, const EvalResult &r);
     // The device of worker i (a ConfigError of "device" when it cannot be had).
     std::unique_ptr<Device> makeDevice(int worker) const;
     // This process's worker of that index among all the run's, or null.
     WorkerState *localWorker(int worker) const;
     void fail(int worker, std::int64_t step, Phase phase, const std::string &what);
+    // who: "worker 3", "the evaluator".
+    void fail(const std::string &who, std::int64_t step, Phase phase, const std::string &what);
     // final: send what a non-root rank holds now, without waiting for the next batch.
     void drain(bool final = false);
     // Heartbeats and stops between ranks; a stop of this rank is announced to the others.
@@ -183,7 +206,7 @@ private:
     std::mutex m_pauseMutex;
     std::condition_variable m_pauseCv;
 
-    // Evaluation on a snapshot
+    // Evaluation on a snapshot (async); m_evalMutex guards m_evalHistory
     mutable std::mutex m_evalMutex;
     std::unique_ptr<Device> m_evalDevice;
     std::unique_ptr<Model> m_evalModel;

@@ -6,13 +6,16 @@
 // Checkpointing is an option of the model, not a strategy.
 #pragma once
 
+#include "engine.h"
+#include "trace.h"
+
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace syncopate {
 
-class Engine;
 struct WorkerState;
 
 class Strategy {
@@ -30,8 +33,16 @@ public:
     virtual std::vector<float> finalParams() const = 0;
     // sync: how gradients are averaged; empty in async.
     virtual std::string reduceAlgorithm() const { return {}; }
-    // After every worker has ended (async evaluates the server's final parameters here).
+    // On the run's thread, before the workers' threads start (async starts its evaluator).
+    virtual void beforeWorkers() {}
+    // After every worker has ended (async: the evaluator scores the server's final parameters
+    // and is joined).
     virtual void afterWorkers() {}
+    // The records of the strategy's own threads (async: the evaluator's), for the collector.
+    virtual void drainRecords(std::vector<Record> &) {}
+    // Async: the evaluator's queue (Engine::evaluatorStatus) and its test hook.
+    virtual EvaluatorStatus evaluatorStatus() const { return {}; }
+    virtual void holdEvaluator(bool) {}
 
 protected:
     Engine &m_engine;

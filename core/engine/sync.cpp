@@ -275,7 +275,7 @@ private:
         all.loss = all.samples ? all.lossSum / double(all.samples) : 0.0;
         all.accuracy = all.samples ? double(all.correct) / double(all.samples) : 0.0;
         std::lock_guard history(e.m_evalMutex);
-        e.recordEval(w, step, all);
+        e.recordEval(w.rec, step, all);
     }
 
     // One evaluation's shards, this process's in local order. Plain sync has one open at a time

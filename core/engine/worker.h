@@ -36,10 +36,9 @@ struct WorkerState {
     std::atomic<bool> paused{false};
     std::unique_ptr<Rng> jitterRng;
     std::int64_t pulledVersion = 0;
-    std::vector<float> snapshot; // parameters handed to evaluation
-    // Batch norm: this replica's last batch statistics and running statistics on the host, and
-    // the running statistics handed to evaluation (sized when the worker is made).
-    std::vector<float> bnBatch, bnOwn, bnSnapshot;
+    // Batch norm: this replica's last batch statistics and running statistics on the host
+    // (sized when the worker is made).
+    std::vector<float> bnBatch, bnOwn;
     Phase phase = Phase::Data;
     std::int64_t step = 0;
     std::thread thread;

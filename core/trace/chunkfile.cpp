@@ -41,6 +41,8 @@ std::string at(const std::string &path, std::uint64_t offset)
 
 std::string rowFileName(const RowDescriptor &row)
 {
+    if (row.kind == RowKind::Evaluator)
+        return "evaluator.syr";
     const std::string w = "w" + std::to_string(row.worker);
     if (row.sub != 0) {
         const char *prefix = row.kind == RowKind::DataLane   ? "-t"
@@ -64,7 +66,7 @@ ChunkWriter::ChunkWriter(std::string path, const RowDescriptor &row) : m_path(st
     unsigned char *p = header;
     std::memcpy(p, kFileMagic, sizeof kFileMagic);
     p += sizeof kFileMagic;
-    put<std::uint32_t>(p, row.sub == 0 ? 1 : kChunkVersion);
+    put<std::uint32_t>(p, row.kind == RowKind::Evaluator ? 3 : row.sub == 0 ? 1 : 2);
     put<std::uint32_t>(p, kRawRecordBytes);
     put<std::uint32_t>(p, std::uint32_t(row.worker));
     put<std::uint8_t>(p, std::uint8_t(row.kind));
@@ -177,8 +179,9 @@ ChunkReader::ChunkReader(std::string path) : m_path(std::move(path))
     if (worker > 65535)
         throw StoreError(m_path + ": worker " + std::to_string(worker) +
                          " at byte 16 is out of range (at most 65535)");
-    if (kind >= std::uint8_t(RowKind::Count))
-        throw StoreError(m_path + ": row kind " + std::to_string(kind) + " at byte 20 is unknown");
+    if (kind >= std::uint8_t(RowKind::Count) || (kind == std::uint8_t(RowKind::Evaluator) && version < 3))
+        throw StoreError(m_path + ": row kind " + std::to_string(kind) + " at byte 20 is unknown" +
+                         (version < 3 ? " to a version " + std::to_string(version) + " file" : std::string()));
     m_row.worker = int(worker);
     m_row.kind = RowKind(kind);
     m_row.sub = version >= 2 ? int(sub) : 0;

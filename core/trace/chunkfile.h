@@ -21,8 +21,13 @@ namespace syncopate {
 
 // What a row shows. Stored in the file header; readers reject values they do not know.
 // CommLane: a worker's communication kept apart from its compute (imported GPU traces, where
-// NCCL kernels overlap compute kernels on other streams).
-enum class RowKind : std::uint8_t { Worker, DataLane, Counters, CommLane, Count };
+// NCCL kernels overlap compute kernels on other streams). Evaluator: the async run's evaluator
+// thread, which scores the server's snapshots (appended: kinds are stored in row files).
+enum class RowKind : std::uint8_t { Worker, DataLane, Counters, CommLane, Evaluator, Count };
+
+// The async evaluator records as the worker one past the run's last (index `workers`), so that
+// everything sized or counted per worker leaves it out; its row is {workers, Evaluator}.
+inline bool isEvaluator(const Record &r, int workers) { return int(r.worker) == workers; }
 
 // The row a span is drawn in: its worker's prefetch lane (Lane::Data, in a run with data lanes),
 // its communication lane (Lane::Comm, in a run with comm lanes), else the worker's main row.
@@ -51,12 +56,14 @@ public:
 };
 
 // The file of a row in a run directory: w3.syr, w3-data.syr, w3-comm.syr; a sub-row past the
-// first w3-s2.syr (Worker), w3-t2.syr (DataLane), w3-comm2.syr.
+// first w3-s2.syr (Worker), w3-t2.syr (DataLane), w3-comm2.syr; the evaluator's evaluator.syr.
 std::string rowFileName(const RowDescriptor &row);
 
 // 2: the sub-row (bytes 21-22). A row with sub 0 is still written as version 1, so that older
 // builds read native runs; they refuse a sub-row's file rather than merge it into row 0.
-constexpr std::uint32_t kChunkVersion = 2;
+// 3: the evaluator's row kind, written only in the evaluator's file, so that an older build
+// names the file as newer rather than as damaged (worker and sync rows stay version 1).
+constexpr std::uint32_t kChunkVersion = 3;
 constexpr std::size_t kChunkFileHeaderBytes = 64;
 constexpr std::size_t kBlockHeaderBytes = 48;
 // Records per block: small enough that drawing a zoomed view decompresses little.

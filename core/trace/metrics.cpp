@@ -479,6 +479,8 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
         if (config.classification())
             j["final_eval_accuracy"] = outcome.eval.back().accuracy;
     }
+    if (outcome.evalsSkipped >= 0)
+        j["evals_skipped"] = outcome.evalsSkipped;
     return j;
 }
 

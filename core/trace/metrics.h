@@ -53,6 +53,9 @@ struct RunOutcome {
     std::int64_t wallNs = 0;
     std::int64_t stepsCompleted = 0;
     std::vector<EvalPoint> eval;
+    // Async with held-out data: snapshots the evaluator never scored, replaced by a newer one
+    // while it was busy; -1 where there is no evaluator.
+    std::int64_t evalsSkipped = -1;
     std::string reduceAlgorithm;      // sync: how gradients were averaged
     std::vector<std::string> devices; // per worker
     std::string cpuIsa;               // the instruction set oneDNN's CPU kernels use

@@ -98,6 +98,7 @@ void checkSummary(nlohmann::json &summary, const std::string &path, std::vector<
         {"devices", Want::Strings},        {"reduce", Want::Object},
         {"cpu_isa", Want::String},         {"threads_per_worker", Want::Integer},
         {"final_eval_loss", Want::Number}, {"final_eval_accuracy", Want::Number},
+        {"evals_skipped", Want::Integer},
     };
     auto drop = [&](nlohmann::json &obj, const std::string &name, const char *key, Want want) {
         auto it = obj.find(key);
@@ -141,9 +142,12 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     for (const auto &r : readers) {
         run.tornBytes += r->tornBytes();
         records += r->records();
-        if (r->row().worker >= run.config.workers)
-            throw StoreError(r->path() + ": row of worker " + std::to_string(r->row().worker) +
-                             " in a run of " + std::to_string(run.config.workers) + " workers");
+        // The evaluator's row is worker `workers` (chunkfile.h), and no other row may be.
+        const bool evaluator = r->row().kind == RowKind::Evaluator;
+        if (evaluator ? r->row().worker != run.config.workers : r->row().worker >= run.config.workers)
+            throw StoreError(r->path() + ": " + (evaluator ? "the evaluator's row" : "row") + " of worker " +
+                             std::to_string(r->row().worker) + " in a run of " +
+                             std::to_string(run.config.workers) + " workers");
     }
     const std::string summaryPath = (d / "summary.json").string();
     if (fs::exists(summaryPath, ec)) {
@@ -208,7 +212,8 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
     // One thread per row, named as the row is and sorted as the rows are: a worker's compute
     // (and communication, unless it has a row of its own), its prefetch lane, its communication
     // lane, an import's GPU streams and CPU threads. Row (worker w, lane l, sub-row s): thread
-    // 100000 s + 1000 l + w, so a native run's threads keep the numbers they always had.
+    // 100000 s + 1000 l + w, so a native run's threads keep the numbers they always had; the
+    // async evaluator's is thread `workers`, after the workers'.
     const auto lane = [](RowKind kind) { return kind == RowKind::DataLane ? 1 : kind == RowKind::CommLane ? 2 : 0; };
     std::vector<std::int64_t> tids(trace.rowCount());
     for (std::size_t i = 0; i < trace.rowCount(); ++i) {
@@ -235,13 +240,17 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
                 std::fprintf(o, ",\"version\":%.0f", r.value);
             else if (r.phase() == Phase::Reduce)
                 std::fprintf(o, ",\"bytes\":%.0f", r.value);
+            else if (r.phase() == Phase::Eval && config.async()) // the snapshot's server version
+                std::fprintf(o, ",\"version\":%.0f", r.value);
             std::fputs("}}", o);
         } else {
+            const std::string who = isEvaluator(r, config.workers) ? std::string("evaluator")
+                                                                   : "worker " + std::to_string(r.worker);
             std::fprintf(o,
                          ",\n{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":1,\"tid\":%d,"
-                         "\"step\":%" PRIu32 ",\"args\":{\"worker %d\":%.9g}}",
+                         "\"step\":%" PRIu32 ",\"args\":{\"%s\":%.9g}}",
                          counterName(r.counter()), double(r.start) / 1e3, int(r.worker), r.step,
-                         int(r.worker), r.value);
+                         who.c_str(), r.value);
         }
     });
     std::fputs("\n]}\n", o);

@@ -116,9 +116,18 @@ ChunkWriter &RunWriter::rowWriter(const Record &r)
 
 void RunWriter::append(const Record *records, std::size_t n)
 {
-    for (std::size_t i = 0; i < n; ++i)
-        if (records[i].worker < m_config.workers)
+    for (std::size_t i = 0; i < n; ++i) {
+        if (records[i].worker < m_config.workers) {
             rowWriter(records[i]).append(records[i]);
+        } else if (isEvaluator(records[i], m_config.workers)) {
+            // Made with its first record: only a run with an evaluator has its file.
+            if (!m_evaluator)
+                m_evaluator = std::make_unique<ChunkWriter>(
+                    inDir(m_dir, rowFileName({m_config.workers, RowKind::Evaluator, {}}).c_str()),
+                    RowDescriptor{m_config.workers, RowKind::Evaluator, "evaluator"});
+            m_evaluator->append(records[i]);
+        }
+    }
     m_model.append(records, n);
     m_metrics->add(records, n);
 }
@@ -128,6 +137,8 @@ void RunWriter::flush()
     for (auto &row : m_rows)
         if (row)
             row->flush();
+    if (m_evaluator)
+        m_evaluator->flush();
     m_finished.clear();
     m_metrics->takeFinishedRows(m_finished);
     appendMetricsCsv(m_csv.get(), m_finished, false);

@@ -1,6 +1,7 @@
 // A run directory is the run's store, written while the run goes on:
 //   config.json               the resolved config (with seed), written first
 //   w<N>.syr, w<N>-data.syr   one row file per timeline row (chunkfile.h), flushed ~1 s
+//   evaluator.syr             async: the evaluator's row (its eval spans and counters)
 //   metrics.csv               one row per (worker, step), appended as steps complete
 //   summary.json              replaced atomically every few seconds ("running") and at the end
 //   index.syi                 the summaries for drawing without reading spans (at the end)
@@ -53,6 +54,7 @@ private:
     std::string m_dir;
     RunConfig m_config;
     std::vector<std::unique_ptr<ChunkWriter>> m_rows; // [worker * 2 + data lane]
+    std::unique_ptr<ChunkWriter> m_evaluator;         // async: the evaluator's row, once it records
     std::unique_ptr<MetricsAccumulator> m_metrics;
     TraceModel m_model; // summaries for index.syi (raw spans are not kept: no directory attached)
     struct CloseFile {

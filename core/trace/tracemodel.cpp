@@ -22,8 +22,8 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool co
       m_samplesPerBatch(samplesPerBatch)
 {
     const auto w = std::size_t(m_workers);
-    m_counters.assign(std::size_t(CounterId::Count), std::vector<std::vector<CounterPoint>>(w));
-    m_counterStride.assign(std::size_t(CounterId::Count) * w, 1);
+    m_counters.assign(std::size_t(CounterId::Count), std::vector<std::vector<CounterPoint>>(w + 1));
+    m_counterStride.assign(std::size_t(CounterId::Count) * (w + 1), 1);
     m_steps.assign(w, {});
     m_stalenessPerWorker.assign(w, {});
     const auto addRow = [this](int worker, RowKind kind, std::string name) {
@@ -45,6 +45,19 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool co
 
 std::size_t TraceModel::rowFor(const Record &r)
 {
+    if (isEvaluator(r, m_workers)) {
+        // Its row comes with its first span: only async runs with held-out data have one. The
+        // last worker's rows sort before it, so every other row keeps its position.
+        const auto it = m_rowIndex.find({m_workers, int(RowKind::Evaluator), 0});
+        if (it != m_rowIndex.end())
+            return it->second;
+        Row row;
+        row.desc = {m_workers, RowKind::Evaluator, "evaluator"};
+        row.recentFrom = std::numeric_limits<std::int64_t>::min();
+        m_rowIndex[{m_workers, int(RowKind::Evaluator), 0}] = m_rows.size();
+        m_rows.push_back(std::move(row));
+        return m_rows.size() - 1;
+    }
     const auto it = m_rowIndex.find({int(r.worker), int(rowKindOf(r, m_dataLanes, m_commLanes)), 0});
     return it == m_rowIndex.end() ? std::size_t(-1) : it->second;
 }
@@ -116,10 +129,11 @@ void stallOffCpuMs(const std::vector<const std::vector<StepPoint> *> &workers, s
 
 void TraceModel::addCounter(const Record &r)
 {
-    if (r.worker >= m_workers || r.counter() >= CounterId::Count || !std::isfinite(r.value))
+    // Worker index m_workers: the async evaluator's series (its eval loss and accuracy).
+    if (r.worker > m_workers || r.counter() >= CounterId::Count || !std::isfinite(r.value))
         return;
     auto &series = m_counters[std::size_t(r.counter())][r.worker];
-    int &stride = m_counterStride[std::size_t(r.counter()) * std::size_t(m_workers) + r.worker];
+    int &stride = m_counterStride[std::size_t(r.counter()) * std::size_t(m_workers + 1) + r.worker];
     series.push_back({double(r.start), r.step, r.value / stride});
     if (stride > 1) {
         // The newest point gathers `stride` samples before the next one starts.
@@ -145,6 +159,8 @@ void TraceModel::addCounter(const Record &r)
         series.resize(n);
         stride *= 2;
     }
+    if (r.worker == m_workers)
+        return; // the evaluator trains nothing: no steps, throughput or staleness
     if (r.counter() == CounterId::Loss) {
         stepPoint(r.worker, r.step).endNs = double(r.start);
         const auto window = std::size_t(std::clamp<double>(double(r.start) / kThroughputWindowNs, 0.0, 1e7));

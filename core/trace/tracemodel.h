@@ -54,7 +54,8 @@ public:
     static constexpr std::size_t kRecentSpans = std::size_t(1) << 16;
 
     // workers > 0: the rows of a local run (each worker, and its prefetch lane if any; with
-    // commLanes its Lane::Comm spans get a row of their own, as imported GPU traces do).
+    // commLanes its Lane::Comm spans get a row of their own, as imported GPU traces do). The
+    // async evaluator's row, last, comes with its first span.
     TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool commLanes = false);
 
     // Adds records as they come (any order; rows sort lazily, O(n log n)).
@@ -83,6 +84,7 @@ public:
     std::uint64_t countIn(std::size_t r, std::int64_t t0, std::int64_t t1) const;
 
     int workers() const { return m_workers; }
+    // worker 0 to workers(); workers() is the async evaluator's (isEvaluator in chunkfile.h).
     const std::vector<CounterPoint> &counter(CounterId c, int worker) const;
     const std::vector<StepPoint> &steps(int worker) const { return m_steps[std::size_t(worker)].points; }
     int stepsPerPoint(int worker) const { return m_steps[std::size_t(worker)].stride; }
@@ -152,8 +154,9 @@ private:
     bool m_keepRaw = true;
     mutable std::vector<Row> m_rows;
     std::map<std::tuple<int, int, int>, std::size_t> m_rowIndex; // (worker, kind, sub) -> row
+    // Per worker and one more, the evaluator's.
     std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
-    std::vector<int> m_counterStride;                               // [counter * workers + worker]
+    std::vector<int> m_counterStride;                               // [counter * (workers + 1) + worker]
     std::vector<StepSeries> m_steps;
     std::vector<std::uint64_t> m_staleness;
     std::vector<std::vector<std::uint64_t>> m_stalenessPerWorker;

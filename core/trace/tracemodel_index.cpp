@@ -16,9 +16,10 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'Y', 'N', 'C', 'I', 'D', 'X', '\0'};
 // 2: steps carry descheduled time; 3: a staleness histogram per worker
-// 4: copy and compute phases, comm lanes; 5: input wait, bn divergence; 6: a row's sub-row
-constexpr std::uint32_t kIndexVersion = 6;
-constexpr std::uint32_t kOldestIndexVersion = 5; // read as every row's sub-row 0
+// 4: copy and compute phases, comm lanes; 5: input wait, bn divergence; 6: a row's sub-row;
+// 7: the async evaluator's row and counters
+constexpr std::uint32_t kIndexVersion = 7;
+constexpr std::uint32_t kOldestIndexVersion = 5; // read as every row's sub-row 0, no evaluator
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t(1) << 31;
 
 class Out {
@@ -125,7 +126,7 @@ void TraceModel::saveIndex(const std::string &path) const
     }
     for (std::size_t c = 0; c < m_counters.size(); ++c)
         for (std::size_t w = 0; w < m_counters[c].size(); ++w) {
-            o.put<std::int32_t>(m_counterStride[c * std::size_t(m_workers) + w]);
+            o.put<std::int32_t>(m_counterStride[c * std::size_t(m_workers + 1) + w]);
             o.putVector(m_counters[c][w]);
         }
     for (const StepSeries &s : m_steps) {
@@ -225,7 +226,9 @@ bool TraceModel::loadIndex(const std::string &path)
         RowDescriptor d;
         d.worker = in.get<std::int32_t>();
         const auto kind = in.get<std::uint8_t>();
-        if (kind >= std::uint8_t(RowKind::Count) || d.worker < 0 || d.worker > 65535)
+        const bool evaluator = kind == std::uint8_t(RowKind::Evaluator);
+        if (kind >= std::uint8_t(RowKind::Count) || d.worker < 0 || d.worker > 65535 ||
+            (evaluator && (version < 7 || d.worker != workers)))
             in.fail(in.pos(), "row of worker " + std::to_string(d.worker) + ", kind " + std::to_string(kind));
         d.kind = RowKind(kind);
         d.sub = version >= 6 ? int(in.get<std::uint16_t>()) : 0;
@@ -257,12 +260,16 @@ bool TraceModel::loadIndex(const std::string &path)
         row.desc = d;
         row.lod.restore(finest, spans, maxEnd, std::move(levels));
     }
+    // Before version 7 there was no evaluator's series: left empty.
+    const std::size_t series = std::size_t(m_workers) + (version >= 7 ? 1 : 0);
+    for (auto &perCounter : m_counters)
+        perCounter.back().clear();
     for (std::size_t c = 0; c < m_counters.size(); ++c)
-        for (std::size_t w = 0; w < m_counters[c].size(); ++w) {
+        for (std::size_t w = 0; w < series; ++w) {
             const auto stride = in.get<std::int32_t>();
             if (stride < 1 || stride > (1 << 30))
                 in.fail(in.pos(), "counter stride " + std::to_string(stride));
-            m_counterStride[c * std::size_t(m_workers) + w] = stride;
+            m_counterStride[c * std::size_t(m_workers + 1) + w] = stride;
             m_counters[c][w] = in.getVector<CounterPoint>(kMaxCounterPoints + 1, "a counter series");
         }
     for (StepSeries &s : m_steps) {

@@ -75,7 +75,7 @@ std::string block(std::string_view columns, std::uint32_t count, std::int64_t mi
 std::string fileHeader(int worker, RowKind kind, const char *name, int sub = 0)
 {
     std::string h("SYNCROW", 8);
-    put<std::uint32_t>(h, sub == 0 ? 1 : kChunkVersion); // as ChunkWriter writes them
+    put<std::uint32_t>(h, kind == RowKind::Evaluator ? 3 : sub == 0 ? 1 : 2); // as ChunkWriter writes them
     put<std::uint32_t>(h, kRecordBytes);
     put<std::uint32_t>(h, std::uint32_t(worker));
     put<std::uint8_t>(h, std::uint8_t(kind));
@@ -209,9 +209,9 @@ void fuzzRowFile(unsigned flags, std::string_view body)
         file = std::string(body.substr(0, kChunkFileHeaderBytes));
     } else {
         // Worker, kind and sub-row from the input (bytes 16, 20 and 21), the rest valid: the
-        // header may claim w1.syr's row, or a sub-row beside it.
+        // header may claim w1.syr's row, a sub-row beside it, or the evaluator's.
         const unsigned char worker = static_cast<unsigned char>(body[16]) % 3;
-        const unsigned char kind = static_cast<unsigned char>(body[20]) % 3;
+        const unsigned char kind = static_cast<unsigned char>(body[20]) % std::uint8_t(RowKind::Count);
         const unsigned char sub = static_cast<unsigned char>(body[21]) % 3;
         file = fileHeader(worker, RowKind(kind), "fuzzed row", sub);
     }
