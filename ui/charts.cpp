@@ -1015,7 +1015,10 @@ void ChartsWidget::fillThroughput()
     titleOf(p)->setText(imported ? tr("Step time per rank") : tr("Throughput"));
     p->xAxis->setLabel(imported ? tr("step (ProfilerStep#)") : tr("run time (s)"));
     p->yAxis->setLabel(imported ? tr("step time (ms)") : tr("samples / s"));
-    setTabText(4, imported ? tr("Step time") : tr("Throughput"));
+    // Only when it changes: setting a tab's text lays the tab widget out again, and with it asks
+    // every chart for its size (each legend's text measured), at every refresh.
+    if (const QString tab = imported ? tr("Step time") : tr("Throughput"); tabText(4) != tab)
+        setTabText(4, tab);
     if (imported) {
         const RunData &run = *m_current;
         const auto rows = run.summary.find("step_ms_by_worker");

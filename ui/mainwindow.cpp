@@ -66,6 +66,24 @@ QString formatSeconds(double s)
                        : QStringLiteral("%1 s").arg(s, 0, 'f', 1);
 }
 
+// Status bar text that changes while a run streams. A label of fixed size does not ask its
+// parents to lay out again when its text changes; one that did relaid the window four times a
+// second, which asked every chart for its size (each legend's text shaped again). The label
+// grows when a text needs more room and keeps that room until fitStatusLabel.
+void setStatusText(QLabel *label, const QString &text)
+{
+    label->setText(text);
+    const QSize need = label->sizeHint();
+    if (need.width() > label->maximumWidth() || need.height() != label->maximumHeight())
+        label->setFixedSize(std::max(need.width(), label->minimumWidth()), need.height());
+}
+
+void fitStatusLabel(QLabel *label)
+{
+    label->setMinimumSize(0, 0);
+    label->setMaximumSize(QWIDGETSIZE_MAX, QWIDGETSIZE_MAX);
+    setStatusText(label, label->text());
+}
 } // namespace
 
 // The views with their metricHelp() keys: Help > What the Views Show, and What's This on each.
@@ -179,10 +197,10 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     connect(m_controller, &RunController::runFailed, this, &MainWindow::onRunFailed);
     connect(m_controller, &RunController::dataAvailable, this, [this] {
         m_timeline->refresh();
-        // Charts at a fifteenth of the timeline's rate (2 Hz): they redraw every point (sixteen
-        // workers' curves were a fifth of the GUI thread's time at 3 Hz), and a curve that
-        // moves twice a second still reads as live.
-        if (++m_chartTick % 15 == 0)
+        // Charts at a thirtieth of the timeline's rate (1 Hz): they redraw every point (sixteen
+        // workers' curves were a fifth of the GUI thread's time at 2 Hz), and a curve that
+        // moves once a second still reads as live.
+        if (++m_chartTick % 30 == 0)
             m_charts->refresh();
     });
     connect(m_timeline, &TimelineView::followLiveChanged, m_followAction, &QAction::setChecked);
@@ -453,9 +471,9 @@ void MainWindow::onProgress(qint64 step, qint64 total, double rate, double elaps
         m_progress->setRange(0, 1000);
     if (step > 0)
         m_progress->setValue(int(1000 * step / std::max<qint64>(1, total)));
-    m_stepLabel->setText(tr("step %1 / %2").arg(step).arg(total));
-    m_rateLabel->setText(tr("%1 samples/s").arg(rate, 0, 'f', 0));
-    m_timeLabel->setText(tr("elapsed %1, remaining %2").arg(formatSeconds(elapsed), formatSeconds(remaining)));
+    setStatusText(m_stepLabel, tr("step %1 / %2").arg(step).arg(total));
+    setStatusText(m_rateLabel, tr("%1 samples/s").arg(rate, 0, 'f', 0));
+    setStatusText(m_timeLabel, tr("elapsed %1, remaining %2").arg(formatSeconds(elapsed), formatSeconds(remaining)));
 }
 
 void MainWindow::onRunFinished(const RunDataPtr &run)
@@ -464,6 +482,7 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
     m_progress->setValue(run->state == RunState::Finished ? 1000 : m_progress->value());
     // Nothing remains of an ended run: say what it took instead.
     m_timeLabel->setText(tr("took %1").arg(formatSeconds(run->summary.value("wall_s", 0.0))));
+    fitStatusLabel(m_timeLabel); // no longer changing: its own size again
     if (const auto it = std::find(m_runs.begin(), m_runs.end(), run); it != m_runs.end()) {
         QListWidgetItem *item = m_runList->item(int(it - m_runs.begin()));
         const QSignalBlocker block(m_runList);
@@ -496,6 +515,8 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
     // The whole sentence is the message (on the left); beside the progress bar, what stays.
     m_stepLabel->setText(tr("%1 %2, %3 steps").arg(run->label(), QString::fromLatin1(runStateName(run->state)))
                              .arg(s.value("steps_completed", 0)));
+    fitStatusLabel(m_stepLabel);
+    fitStatusLabel(m_rateLabel);
     Q_EMIT runFinished();
 }
 

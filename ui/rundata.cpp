@@ -13,7 +13,7 @@ RunData::RunData(RunConfig config, QString label)
     // A live run's view: 256 us buckets and coarser. Finer ones only drew rows denser than
     // 200000 spans a second (past 20000 spans in view), and building them was most of what
     // the GUI thread spent taking in 16 workers' spans. The run's own index keeps them all.
-    m_trace->setFinestLevel(2);
+    m_trace->setFinestLevel(3);
     listRows();
 }
 

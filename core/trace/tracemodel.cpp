@@ -54,6 +54,7 @@ std::size_t TraceModel::rowFor(const Record &r)
         Row row;
         row.desc = {m_workers, RowKind::Evaluator, "evaluator"};
         row.recentFrom = std::numeric_limits<std::int64_t>::min();
+        row.lod.startAt(m_finestStart);
         m_rowIndex[{m_workers, int(RowKind::Evaluator), 0}] = m_rows.size();
         m_rows.push_back(std::move(row));
         return m_rows.size() - 1;
@@ -66,6 +67,7 @@ void TraceModel::attachDirectory(const std::string &dir) { m_dir = dir; }
 
 void TraceModel::setFinestLevel(int level)
 {
+    m_finestStart = level;
     for (Row &row : m_rows)
         row.lod.startAt(level);
 }

@@ -154,6 +154,7 @@ private:
     bool m_keepRaw = true;
     mutable std::vector<Row> m_rows;
     std::map<std::tuple<int, int, int>, std::size_t> m_rowIndex; // (worker, kind, sub) -> row
+    int m_finestStart = 0; // setFinestLevel's level, for the evaluator's row made later
     // Per worker and one more, the evaluator's.
     std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
     std::vector<int> m_counterStride;                               // [counter * (workers + 1) + worker]
