@@ -26,21 +26,26 @@ TraceModel::TraceModel(int workers, bool dataLanes, int samplesPerBatch, bool co
     m_counterStride.assign(std::size_t(CounterId::Count) * (w + 1), 1);
     m_steps.assign(w, {});
     m_stalenessPerWorker.assign(w, {});
-    const auto addRow = [this](int worker, RowKind kind, std::string name) {
-        Row row;
-        row.desc = {worker, kind, std::move(name)};
-        row.recentFrom = std::numeric_limits<std::int64_t>::min();
-        m_rowIndex[{worker, int(kind), 0}] = m_rows.size();
-        m_rows.push_back(std::move(row));
-    };
     for (int i = 0; i < m_workers; ++i) {
         const std::string name = "worker " + std::to_string(i);
-        addRow(i, RowKind::Worker, name);
+        addRow({i, RowKind::Worker, name});
         if (dataLanes)
-            addRow(i, RowKind::DataLane, name + " data");
+            addRow({i, RowKind::DataLane, name + " data"});
         if (commLanes)
-            addRow(i, RowKind::CommLane, name + " comm");
+            addRow({i, RowKind::CommLane, name + " comm"});
     }
+}
+
+std::size_t TraceModel::addRow(RowDescriptor desc)
+{
+    Row row;
+    row.desc = std::move(desc);
+    row.recentFrom = std::numeric_limits<std::int64_t>::min();
+    row.lod.startAt(m_finestStart); // a row made after setFinestLevel starts where the others did
+    const std::size_t r = m_rows.size();
+    m_rowIndex[{row.desc.worker, int(row.desc.kind), row.desc.sub}] = r;
+    m_rows.push_back(std::move(row));
+    return r;
 }
 
 std::size_t TraceModel::rowFor(const Record &r)
@@ -49,15 +54,7 @@ std::size_t TraceModel::rowFor(const Record &r)
         // Its row comes with its first span: only async runs with held-out data have one. The
         // last worker's rows sort before it, so every other row keeps its position.
         const auto it = m_rowIndex.find({m_workers, int(RowKind::Evaluator), 0});
-        if (it != m_rowIndex.end())
-            return it->second;
-        Row row;
-        row.desc = {m_workers, RowKind::Evaluator, "evaluator"};
-        row.recentFrom = std::numeric_limits<std::int64_t>::min();
-        row.lod.startAt(m_finestStart);
-        m_rowIndex[{m_workers, int(RowKind::Evaluator), 0}] = m_rows.size();
-        m_rows.push_back(std::move(row));
-        return m_rows.size() - 1;
+        return it != m_rowIndex.end() ? it->second : addRow({m_workers, RowKind::Evaluator, "evaluator"});
     }
     const auto it = m_rowIndex.find({int(r.worker), int(rowKindOf(r, m_dataLanes, m_commLanes)), 0});
     return it == m_rowIndex.end() ? std::size_t(-1) : it->second;
@@ -387,16 +384,7 @@ void TraceModel::adoptRowFiles(std::vector<std::unique_ptr<ChunkReader>> readers
     for (auto &reader : readers) {
         const RowDescriptor &d = reader->row();
         const auto it = m_rowIndex.find({d.worker, int(d.kind), d.sub});
-        std::size_t r;
-        if (it == m_rowIndex.end()) {
-            Row row;
-            row.desc = d;
-            r = m_rows.size();
-            m_rowIndex[{d.worker, int(d.kind), d.sub}] = r;
-            m_rows.push_back(std::move(row));
-        } else {
-            r = it->second;
-        }
+        const std::size_t r = it == m_rowIndex.end() ? addRow(d) : it->second;
         m_rows[r].desc.name = d.name.empty() ? m_rows[r].desc.name : d.name;
         m_rows[r].file = std::move(reader);
         m_rows[r].recentFrom = std::numeric_limits<std::int64_t>::max();

@@ -136,6 +136,8 @@ private:
         int stride = 1;
     };
     std::size_t rowFor(const Record &r);
+    // A new row, indexed by (worker, kind, sub); its position.
+    std::size_t addRow(RowDescriptor desc);
     void sortRows();
     void addCounter(const Record &r);
     void sortRecent(Row &row) const;
@@ -154,7 +156,7 @@ private:
     bool m_keepRaw = true;
     mutable std::vector<Row> m_rows;
     std::map<std::tuple<int, int, int>, std::size_t> m_rowIndex; // (worker, kind, sub) -> row
-    int m_finestStart = 0; // setFinestLevel's level, for the evaluator's row made later
+    int m_finestStart = 0; // setFinestLevel's level, for rows made later
     // Per worker and one more, the evaluator's.
     std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]
     std::vector<int> m_counterStride;                               // [counter * (workers + 1) + worker]
