@@ -15,7 +15,8 @@
 namespace syncopate {
 
 // 2: Device::planLinear and bindThread, DeviceOptions::cpuThreads.
-constexpr int kGpuBackendAbi = 2;
+// 3: GpuInfo::pciBusId, NCCL across processes (ncclUniqueId, createNcclExchange with an id).
+constexpr int kGpuBackendAbi = 3;
 
 struct GpuInfo {
     int index = 0;
@@ -24,6 +25,7 @@ struct GpuInfo {
     std::size_t freeBytes = 0;
     int major = 0, minor = 0; // compute capability
     int multiprocessors = 0;
+    std::string pciBusId; // "0000:65:00.0": the same GPU whatever CUDA_VISIBLE_DEVICES numbers it
 };
 
 class GpuBackend {
@@ -40,6 +42,20 @@ public:
     virtual std::unique_ptr<GradientExchange>
     createNcclExchange(const std::vector<Device *> &devices, const std::vector<float *> &grads,
                        std::size_t count) = 0;
+
+    // NCCL across processes (MPI ranks). One process makes the communicator's id
+    // (ncclGetUniqueId, NCCL_UNIQUE_ID_BYTES bytes) and every process gets a copy (MPI broadcasts
+    // it); empty when NCCL cannot be loaded, with the reason in *whyNot.
+    virtual std::string ncclUniqueId(std::string *whyNot) = 0;
+    // Empty when NCCL loads; otherwise why not (without making an id, which starts NCCL's
+    // bootstrap listener).
+    virtual std::string ncclUnavailable() = 0;
+    // This process's share of a communicator of `ranks` NCCL ranks spread over processes:
+    // devices[l] (distinct GPUs) is NCCL rank firstRank + l. Collective: returns once every
+    // process has called it with the same id. Throws DeviceError with NCCL's reason.
+    virtual std::unique_ptr<GradientExchange>
+    createNcclExchange(const std::vector<Device *> &devices, const std::vector<float *> &grads,
+                       std::size_t count, const std::string &uniqueId, int ranks, int firstRank) = 0;
 };
 
 // The CUDA backend, loaded once; nullptr when this build has none or it cannot be loaded, with

@@ -9,6 +9,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
+#include <cstring>
+
 #include <mutex>
 #include <set>
 
@@ -20,6 +23,10 @@ namespace {
 // falls back to staging through host memory.
 struct Nccl {
     decltype(&ncclCommInitAll) commInitAll = nullptr;
+    decltype(&ncclGetUniqueId) getUniqueId = nullptr;
+    decltype(&ncclCommInitRank) commInitRank = nullptr;
+    decltype(&ncclGroupStart) groupStart = nullptr;
+    decltype(&ncclGroupEnd) groupEnd = nullptr;
     decltype(&ncclAllReduce) allReduce = nullptr;
     decltype(&ncclCommDestroy) commDestroy = nullptr;
     decltype(&ncclGetErrorString) errorString = nullptr;
@@ -36,6 +43,10 @@ struct Nccl {
                 return n;
             }
             n.commInitAll = reinterpret_cast<decltype(n.commInitAll)>(dlsym(h, "ncclCommInitAll"));
+            n.getUniqueId = reinterpret_cast<decltype(n.getUniqueId)>(dlsym(h, "ncclGetUniqueId"));
+            n.commInitRank = reinterpret_cast<decltype(n.commInitRank)>(dlsym(h, "ncclCommInitRank"));
+            n.groupStart = reinterpret_cast<decltype(n.groupStart)>(dlsym(h, "ncclGroupStart"));
+            n.groupEnd = reinterpret_cast<decltype(n.groupEnd)>(dlsym(h, "ncclGroupEnd"));
             n.allReduce = reinterpret_cast<decltype(n.allReduce)>(dlsym(h, "ncclAllReduce"));
             n.commDestroy = reinterpret_cast<decltype(n.commDestroy)>(dlsym(h, "ncclCommDestroy"));
             n.errorString = reinterpret_cast<decltype(n.errorString)>(dlsym(h, "ncclGetErrorString"));
@@ -48,7 +59,8 @@ struct Nccl {
     }
     bool available() const
     {
-        return commInitAll && allReduce && commDestroy && errorString && getVersion;
+        return commInitAll && getUniqueId && commInitRank && groupStart && groupEnd && allReduce &&
+               commDestroy && errorString && getVersion;
     }
 };
 
@@ -59,29 +71,44 @@ void checkNccl(ncclResult_t r, const char *what)
 }
 
 // One communicator per worker, each on its own GPU; every rank calls ncclAllReduce from its own
-// thread on its own stream, which NCCL supports within one process.
+// thread on its own stream, which NCCL supports within one process. Across processes (MPI
+// ranks) this process holds NCCL ranks firstRank.. of a communicator made from a shared id.
 class NcclExchange final : public GradientExchange {
 public:
+    // Every device of this one process.
     NcclExchange(const std::vector<Device *> &devices, const std::vector<float *> &grads,
                  std::size_t count)
         : m_grads(grads), m_count(count)
     {
-        std::vector<int> gpus;
-        for (Device *d : devices) {
-            auto *cd = dynamic_cast<CudaDevice *>(d);
-            if (!cd)
-                throw DeviceError("NCCL exchange: every worker must be on a GPU");
-            m_devices.push_back(cd);
-            gpus.push_back(cd->memorySpace());
-            m_out.emplace_back(*d, count);
-        }
-        m_comms.resize(devices.size());
+        const std::vector<int> gpus = adopt(devices);
         checkNccl(Nccl::get().commInitAll(m_comms.data(), int(m_comms.size()), gpus.data()),
                   "ncclCommInitAll");
+    }
+
+    // This process's share of a communicator across processes.
+    NcclExchange(const std::vector<Device *> &devices, const std::vector<float *> &grads,
+                 std::size_t count, const ncclUniqueId &id, int ranks, int firstRank)
+        : m_grads(grads), m_count(count)
+    {
+        const std::vector<int> gpus = adopt(devices);
+        const Nccl &nccl = Nccl::get();
+        // Several ranks of one communicator from one thread: NCCL needs them in one group, or
+        // the first init would wait for the others forever.
+        checkNccl(nccl.groupStart(), "ncclGroupStart");
+        ncclResult_t r = ncclSuccess;
+        for (std::size_t l = 0; l < gpus.size() && r == ncclSuccess; ++l) {
+            check(cudaSetDevice(gpus[l]), "cudaSetDevice");
+            r = nccl.commInitRank(&m_comms[l], ranks, id, firstRank + int(l));
+        }
+        const ncclResult_t end = nccl.groupEnd();
+        checkNccl(r, "ncclCommInitRank");
+        checkNccl(end, "ncclCommInitRank (ncclGroupEnd)");
     }
     ~NcclExchange() override
     {
         for (std::size_t r = 0; r < m_comms.size(); ++r) {
+            if (!m_comms[r])
+                continue;
             cudaSetDevice(m_devices[r]->memorySpace());
             Nccl::get().commDestroy(m_comms[r]);
         }
@@ -110,6 +137,21 @@ private:
     std::size_t m_count;
     std::vector<DeviceBuffer> m_out;
     std::vector<ncclComm_t> m_comms;
+
+    std::vector<int> adopt(const std::vector<Device *> &devices)
+    {
+        std::vector<int> gpus;
+        for (Device *d : devices) {
+            auto *cd = dynamic_cast<CudaDevice *>(d);
+            if (!cd)
+                throw DeviceError("NCCL exchange: every worker must be on a GPU");
+            m_devices.push_back(cd);
+            gpus.push_back(cd->memorySpace());
+            m_out.emplace_back(*d, m_count);
+        }
+        m_comms.resize(devices.size(), nullptr);
+        return gpus;
+    }
 };
 #endif
 
@@ -173,6 +215,59 @@ public:
 #endif
     }
 
+    std::string ncclUnavailable() override
+    {
+#ifdef SYNCOPATE_HAVE_NCCL
+        return Nccl::get().available() ? std::string() : "NCCL could not be loaded (" + Nccl::get().whyNot + ")";
+#else
+        return "this build has no NCCL (nccl.h was not found when it was built)";
+#endif
+    }
+
+    std::string ncclUniqueId(std::string *whyNot) override
+    {
+#ifdef SYNCOPATE_HAVE_NCCL
+        const Nccl &nccl = Nccl::get();
+        if (!nccl.available()) {
+            if (whyNot)
+                *whyNot = "NCCL could not be loaded (" + nccl.whyNot + ")";
+            return {};
+        }
+        ::ncclUniqueId id{};
+        if (const ncclResult_t r = nccl.getUniqueId(&id); r != ncclSuccess) {
+            if (whyNot)
+                *whyNot = std::string("ncclGetUniqueId failed: ") + nccl.errorString(r);
+            return {};
+        }
+        return std::string(id.internal, sizeof id.internal);
+#else
+        if (whyNot)
+            *whyNot = "this build has no NCCL (nccl.h was not found when it was built)";
+        return {};
+#endif
+    }
+
+    std::unique_ptr<GradientExchange> createNcclExchange(const std::vector<Device *> &devices,
+                                                         const std::vector<float *> &grads,
+                                                         std::size_t count,
+                                                         const std::string &uniqueId, int ranks,
+                                                         int firstRank) override
+    {
+#ifdef SYNCOPATE_HAVE_NCCL
+        if (!Nccl::get().available())
+            throw DeviceError("NCCL could not be loaded (" + Nccl::get().whyNot + ")");
+        ::ncclUniqueId id{};
+        if (uniqueId.size() != sizeof id.internal)
+            throw DeviceError("NCCL: a communicator id of " + std::to_string(sizeof id.internal) +
+                              " bytes expected, " + std::to_string(uniqueId.size()) + " given");
+        std::memcpy(id.internal, uniqueId.data(), sizeof id.internal);
+        return std::make_unique<NcclExchange>(devices, grads, count, id, ranks, firstRank);
+#else
+        (void)devices, (void)grads, (void)count, (void)uniqueId, (void)ranks, (void)firstRank;
+        throw DeviceError("this build has no NCCL (nccl.h was not found when it was built)");
+#endif
+    }
+
 private:
     void scan()
     {
@@ -199,6 +294,10 @@ private:
             g.major = prop.major;
             g.minor = prop.minor;
             g.multiprocessors = prop.multiProcessorCount;
+            char bus[32] = {};
+            std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID,
+                          prop.pciDeviceID);
+            g.pciBusId = bus;
             std::size_t freeBytes = 0, totalBytes = 0;
             if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess)
                 g.freeBytes = freeBytes;

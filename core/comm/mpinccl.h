@@ -1,0 +1,36 @@
+// Sync over MPI ranks with NCCL between their GPUs (sync.allreduce = nccl, or auto where every
+// worker of the run has a GPU of its own). The communicator is bootstrapped over MPI: rank 0
+// makes NCCL's unique id and broadcasts it, and each rank joins with its workers' GPUs as NCCL
+// ranks firstWorker.. of the run. Part of syncopate_mpi.
+#pragma once
+
+#include "communicator.h"
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace syncopate {
+
+class MpiCommunicator;
+
+// Whether NCCL can average this run's gradients, decided alike on every rank (collective over
+// c): every worker of every rank is on a GPU, no two workers share one (by host and PCI bus id;
+// NCCL refuses a GPU twice in one communicator), and NCCL loads on every rank. Empty when it
+// can; otherwise why not, naming the rank, host and worker. On rank 0, *uniqueId is NCCL's id
+// for the communicator when it can. Returns "cancelled" when the run stopped meanwhile.
+std::string mpiNcclVerdict(MpiCommunicator &comm, MPI_Comm c, const std::vector<Device *> &devices,
+                           int workers, std::string *uniqueId);
+
+// The sync group over NCCL. Collective over c: rank 0's uniqueId is broadcast, then every rank
+// joins NCCL's communicator (which returns once all have). Call only after mpiNcclVerdict
+// said yes on every rank.
+std::unique_ptr<SyncGroup> makeMpiNcclSyncGroup(MpiCommunicator &comm, MPI_Comm c,
+                                                const std::vector<Device *> &devices,
+                                                const std::vector<float *> &grads,
+                                                std::size_t count, int workers,
+                                                const RunClock &clock, std::string uniqueId);
+
+} // namespace syncopate
