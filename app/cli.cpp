@@ -287,6 +287,7 @@ int commandRun(const std::vector<std::string> &args)
     nlohmann::json flat = nlohmann::json::object();
     std::string outDir;
     std::vector<std::string> sets;
+    std::vector<int> serverOrder;
     bool haveSource = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string &a = args[i];
@@ -312,6 +313,17 @@ int commandRun(const std::vector<std::string> &args)
             images = true;
         } else if (a == "--window") {
             parseWindow(value(), &fromStep, &toStep);
+        } else if (a == "--server-order") {
+            // Hidden, a test hook: async's scripted server order (Engine::scriptServerOrder),
+            // comma-separated, so that threads and ranks can be compared on one schedule.
+            std::stringstream in(value());
+            for (std::string op; std::getline(in, op, ',');) {
+                try {
+                    serverOrder.push_back(std::stoi(op));
+                } catch (const std::exception &) {
+                    throw ConfigError("--server-order: \"" + op + "\" is not a worker's +/-(index + 1)", {});
+                }
+            }
         } else {
             throw ConfigError("run: unknown argument \"" + a + "\"", {});
         }
@@ -365,6 +377,8 @@ int commandRun(const std::vector<std::string> &args)
             std::fprintf(stderr, "warning: %s\n", w.c_str());
 
     engine.setOutputDirectory(outDir);
+    if (!serverOrder.empty())
+        engine.scriptServerOrder(serverOrder);
     if (!g_root)
         engine.setRetention(Engine::Retention::None); // rank 0 keeps the run
     std::signal(SIGINT, onInterrupt);

@@ -1,6 +1,8 @@
 // Workers as Open MPI ranks: mpirun -np 4 (oversubscribed, as root where need be) against the
-// same run as four threads of one process.
+// same run as four threads of one process, in sync and in async mode.
+#include "runstore.h"
 #include "safetensors.h"
+#include "tracemodel.h"
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +17,8 @@
 #include <cmath>
 #include <sys/types.h>
 #include <fstream>
+#include <limits>
+#include <map>
 
 using nlohmann::json;
 using namespace syncopate;
@@ -29,14 +33,18 @@ private slots:
     void oneHostClocksAgree();
     void twoHostsOverTcpEqualThreads();
     void setupErrorNamesTheRank();
+    void asyncRanksFollowTheScriptLikeThreads();
+    void asyncBoundHoldsOverRanks();
     void lostRankEndsTheRun_data();
     void lostRankEndsTheRun();
 
 private:
-    // Starts syncopate-cli run (under mpirun with ranks > 0) into dir.
-    void start(QProcess &p, int ranks, const QString &dir, const QStringList &sets);
+    // Starts syncopate-cli run (under mpirun with ranks > 0) into dir; extra: more arguments.
+    void start(QProcess &p, int ranks, const QString &dir, const QStringList &sets,
+               const QStringList &extra = {});
     // The same, to its end; returns its exit code.
-    int run(int ranks, const QString &dir, const QStringList &sets = {}, QString *output = nullptr);
+    int run(int ranks, const QString &dir, const QStringList &sets = {}, QString *output = nullptr,
+            const QStringList &extra = {});
     static std::vector<float> params(const QString &dir);
     static json summary(const QString &dir);
 
@@ -57,7 +65,8 @@ void TestMpi::initTestCase()
     QCOMPARE(run(0, m_threads, {}, &out), 0);
 }
 
-void TestMpi::start(QProcess &p, int ranks, const QString &dir, const QStringList &sets)
+void TestMpi::start(QProcess &p, int ranks, const QString &dir, const QStringList &sets,
+                    const QStringList &extra)
 {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     // CI runs as root; Open MPI refuses that unless told twice.
@@ -73,13 +82,15 @@ void TestMpi::start(QProcess &p, int ranks, const QString &dir, const QStringLis
          << dir;
     for (const QString &s : sets)
         args << QStringLiteral("--set") << s;
+    args << extra;
     p.start(ranks > 0 ? QStringLiteral(SYNCOPATE_MPIEXEC) : QStringLiteral(SYNCOPATE_CLI), args);
 }
 
-int TestMpi::run(int ranks, const QString &dir, const QStringList &sets, QString *output)
+int TestMpi::run(int ranks, const QString &dir, const QStringList &sets, QString *output,
+                 const QStringList &extra)
 {
     QProcess p;
-    start(p, ranks, dir, sets);
+    start(p, ranks, dir, sets, extra);
     if (!p.waitForFinished(240000)) {
         p.kill();
         p.waitForFinished();
@@ -214,6 +225,142 @@ void TestMpi::setupErrorNamesTheRank()
     QVERIFY(!QFile::exists(dir + QStringLiteral("/summary.json")));
 }
 
+// An async run as its row files tell it: each update in the order the server applied it (by
+// the version its push made), and the version each pull got.
+struct AsyncTrace {
+    std::vector<int> worker, staleness;   // of version 1, 2, ...
+    std::vector<std::int64_t> step;       // the pusher's step
+    std::map<std::pair<int, std::int64_t>, std::int64_t> pulled; // (worker, step) -> version
+    int workers = 0;
+};
+
+static AsyncTrace asyncTrace(const QString &dir)
+{
+    const OpenedRun run = openRunDirectory(dir.toStdString());
+    AsyncTrace t;
+    t.workers = run.config.workers;
+    std::map<std::pair<int, std::int64_t>, int> staleness;
+    std::map<std::int64_t, std::pair<int, std::int64_t>> byVersion; // version -> (worker, step)
+    run.trace->forEachRecord([&](const Record &r) {
+        const auto key = std::make_pair(int(r.worker), std::int64_t(r.step));
+        if (r.isSpan() && r.phase() == Phase::Push)
+            staleness[key] = int(r.value);
+        else if (r.isSpan() && r.phase() == Phase::Pull)
+            t.pulled[key] = std::int64_t(r.value);
+        else if (!r.isSpan() && r.counter() == CounterId::Version)
+            byVersion[std::int64_t(r.value)] = key;
+    });
+    std::int64_t expect = 1;
+    for (const auto &[version, key] : byVersion) {
+        if (version != expect++ || !staleness.count(key))
+            qFatal("%s: version %lld missing or without its push", qPrintable(dir), (long long)version);
+        t.worker.push_back(key.first);
+        t.step.push_back(key.second);
+        t.staleness.push_back(staleness[key]);
+    }
+    return t;
+}
+
+// A schedule of server operations for the hook Engine::scriptServerOrder (syncopate-cli's
+// hidden --server-order): each worker pulls and pushes in turn, the next operation drawn by a
+// fixed generator, so staleness varies from 0 to several laps; it ends at the updates-th push.
+static QString randomSchedule(int workers, int updates)
+{
+    std::vector<bool> holds(std::size_t(workers), false);
+    std::uint32_t x = 12345;
+    QStringList ops;
+    for (int pushes = 0; pushes < updates;) {
+        x = x * 1664525u + 1013904223u;
+        const int w = int((x >> 16) % std::uint32_t(workers));
+        ops << QString::number(holds[std::size_t(w)] ? -(w + 1) : w + 1);
+        pushes += holds[std::size_t(w)] ? 1 : 0;
+        holds[std::size_t(w)] = !holds[std::size_t(w)];
+    }
+    return ops.join(QLatin1Char(','));
+}
+
+void TestMpi::asyncRanksFollowTheScriptLikeThreads()
+{
+    // The same scripted order of pulls and pushes on rank 0's server as on the threads' one:
+    // the same staleness for every update, the same evaluations and, since each gradient is
+    // computed from the same parameters and applied in the same order, the same parameters
+    // bit for bit. Rank 0's worker reaches the server in memory, the others by messages.
+    const QStringList sets{QStringLiteral("mode=async"), QStringLiteral("train.steps=40"),
+                           QStringLiteral("async.staleness_lr=true")};
+    const QStringList script{QStringLiteral("--server-order"), randomSchedule(4, 40)};
+    const QString threads = m_tmp.filePath(QStringLiteral("async-threads"));
+    const QString ranks = m_tmp.filePath(QStringLiteral("async-ranks"));
+    QCOMPARE(run(0, threads, sets, nullptr, script), 0);
+    QString out;
+    QCOMPARE(run(4, ranks, sets, &out, script), 0);
+    QVERIFY2(out.contains(QStringLiteral("4 ranks x 1 workers")), qPrintable(out));
+
+    const AsyncTrace a = asyncTrace(threads), b = asyncTrace(ranks);
+    QCOMPARE(int(a.staleness.size()), 40);
+    QCOMPARE(b.worker, a.worker);
+    QCOMPARE(b.staleness, a.staleness);
+    QCOMPARE(b.pulled, a.pulled);
+    QStringList seq;
+    for (int v : b.staleness)
+        seq << QString::number(v);
+    qInfo("staleness per update over ranks: %s", qPrintable(seq.join(QLatin1Char(' '))));
+    QVERIFY2(*std::max_element(a.staleness.begin(), a.staleness.end()) >= 3,
+             "the schedule should make some updates stale");
+    QVERIFY2(params(ranks) == params(threads), "4 ranks differ from 4 threads");
+    const json st = summary(threads), sr = summary(ranks);
+    QCOMPARE(sr["status"].get<std::string>(), std::string("finished"));
+    QVERIFY(sr["steps_completed"] == st["steps_completed"]);
+    QVERIFY(sr["staleness_mean"] == st["staleness_mean"]);
+    QVERIFY(sr["staleness_max"] == st["staleness_max"]);
+    QVERIFY(sr["final_eval_loss"] == st["final_eval_loss"]);
+    QCOMPARE(sr["ranks"].size(), std::size_t(4));
+    QVERIFY(QFile::exists(ranks + QStringLiteral("/evaluator.syr")));
+}
+
+void TestMpi::asyncBoundHoldsOverRanks()
+{
+    // Free-running over 4 ranks, one worker 4 times slower, with the stale-synchronous bound
+    // s = 1: rank 0's server holds the pull of a worker that is ahead. No worker gets the
+    // parameters for step k before every worker has pushed k - s steps (checked at each pull
+    // against the versions the pushes made), and staleness stays within (N-1)(2s+1), the bound
+    // tst_async checks for threads.
+    constexpr int s = 1, n = 4, updates = 80;
+    const QString dir = m_tmp.filePath(QStringLiteral("async-bound"));
+    QCOMPARE(run(n, dir, {QStringLiteral("mode=async"), QStringLiteral("train.steps=%1").arg(updates),
+                          QStringLiteral("async.max_staleness=%1").arg(s),
+                          QStringLiteral("workers_slowdown=[1,1,1,4]")}),
+             0);
+    const json sum = summary(dir);
+    QCOMPARE(sum["status"].get<std::string>(), std::string("finished"));
+    QCOMPARE(sum["steps_completed"].get<int>(), updates);
+    const AsyncTrace t = asyncTrace(dir);
+    QCOMPARE(int(t.staleness.size()), updates);
+    const int most = *std::max_element(t.staleness.begin(), t.staleness.end());
+    QVERIFY2(most <= (n - 1) * (2 * s + 1), qPrintable(QString::number(most)));
+    QCOMPARE(sum["staleness_max"].get<int>(), most);
+    // pushes[v][w]: updates worker w had pushed once the server was at version v.
+    std::vector<std::vector<std::int64_t>> pushes(std::size_t(updates) + 1, std::vector<std::int64_t>(n, 0));
+    for (int v = 1; v <= updates; ++v) {
+        pushes[std::size_t(v)] = pushes[std::size_t(v) - 1];
+        ++pushes[std::size_t(v)][std::size_t(t.worker[std::size_t(v) - 1])];
+    }
+    std::int64_t lead = std::numeric_limits<std::int64_t>::min();
+    for (const auto &[key, version] : t.pulled) {
+        QVERIFY(version >= 0 && version <= updates);
+        const auto &done = pushes[std::size_t(version)];
+        const std::int64_t slowest = *std::min_element(done.begin(), done.end());
+        lead = std::max(lead, key.second - slowest);
+        QVERIFY2(key.second - slowest <= s,
+                 qPrintable(QStringLiteral("worker %1 pulled for step %2 at version %3, the slowest "
+                                           "had pushed %4").arg(key.first).arg(key.second).arg(version).arg(slowest)));
+    }
+    qInfo("staleness max %d (bound %d), the most a pull was ahead of the slowest: %lld (s = %d)", most,
+          (n - 1) * (2 * s + 1), (long long)lead, s);
+    // Every worker, the slow one too, took part.
+    for (int w = 0; w < n; ++w)
+        QVERIFY(std::count(t.worker.begin(), t.worker.end(), w) > 0);
+}
+
 // The PID of the given rank among mpirun's children (Open MPI puts the rank in each one's
 // environment).
 static qint64 rankPid(qint64 mpirun, int rank)
@@ -242,8 +389,11 @@ static qint64 rankPid(qint64 mpirun, int rank)
 void TestMpi::lostRankEndsTheRun_data()
 {
     QTest::addColumn<int>("signal");
-    // Alive but silent.
-    QTest::newRow("hung (SIGSTOP)") << int(SIGSTOP);
+    QTest::addColumn<QString>("mode");
+    // Alive but silent: in sync the others wait for it at the barrier, in async rank 0's server
+    // waits for its requests while the other workers go on.
+    QTest::newRow("sync, hung (SIGSTOP)") << int(SIGSTOP) << QStringLiteral("sync");
+    QTest::newRow("async, hung (SIGSTOP)") << int(SIGSTOP) << QStringLiteral("async");
     // A rank that dies is not here: mpirun then SIGKILLs the others one second after SIGTERM,
     // and whether rank 0 closes the run inside that second depends on the machine's load (it
     // did not once in CI).
@@ -254,9 +404,11 @@ void TestMpi::lostRankEndsTheRun()
     // Rank 2 is lost. Within mpi.timeout_s the others notice, rank 0 keeps the run with an
     // error naming rank and host, and the job exits non-zero.
     QFETCH(int, signal);
-    const QString dir = m_tmp.filePath(QStringLiteral("lost-%1").arg(signal));
+    QFETCH(QString, mode);
+    const QString dir = m_tmp.filePath(QStringLiteral("lost-%1-%2").arg(mode).arg(signal));
     QProcess p;
-    start(p, 3, dir, {QStringLiteral("train.steps=100000000"), QStringLiteral("mpi.timeout_s=2")});
+    start(p, 3, dir, {QStringLiteral("train.steps=100000000"), QStringLiteral("mpi.timeout_s=2"),
+                      QStringLiteral("mode=") + mode});
     QVERIFY(p.waitForStarted());
     QByteArray said;
     while (!said.contains("Ctrl-C stops") && p.state() == QProcess::Running) {

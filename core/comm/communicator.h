@@ -145,6 +145,51 @@ private:
     std::int64_t m_pendingNs = 0;
 };
 
+// Async over ranks: the parameter server lives in rank 0's async strategy. Rank 0's workers call
+// it directly, as threads of one process do; the other ranks' workers reach it through an
+// AsyncLink, whose rank-0 side (one thread) asks the server on their behalf. The server as that
+// thread sees it: it never blocks, so one thread serves every remote worker however many of
+// their requests the stale-synchronous bound or the scripted order holds back.
+class ParameterServer {
+public:
+    enum class Answer { Later, Done, Served }; // Later: held (bound or script); Done: run complete
+    struct Pulled {
+        std::int64_t version = 0;
+        bool heldByBound = false; // the worker was ahead: its request waited for the slowest
+        std::int64_t heldNs = 0;  // how long (the link measures it)
+    };
+    struct Pushed {
+        std::int64_t staleness = 0, version = 0;
+        double bnDivergence = 0; // batch norm only
+    };
+    virtual ~ParameterServer() = default;
+    // A remote worker's pull for its step: the parameters (host memory) and their version.
+    virtual Answer tryPull(int worker, std::int64_t step, float *params, Pulled &out) = 0;
+    // Its push: gradients and (batch norm, else null) its batch and running statistics.
+    virtual Answer tryPush(int worker, std::int64_t step, const float *grads, const float *bnBatch,
+                           const float *bnOwn, Pushed &out) = 0;
+    // Changes whenever the server's state does: a held request may go now.
+    virtual std::uint64_t generation() const = 0;
+    // The run stops: the link's thread ends.
+    virtual bool stopping() const = 0;
+};
+
+// A worker of another rank than 0 and rank 0's server, over the ranks' transport. Buffers are
+// sized once: nothing on a worker's step allocates.
+class AsyncLink {
+public:
+    enum class Result { Ok, Done, Cancelled };
+    virtual ~AsyncLink() = default;
+    // A worker of this rank (local index): blocks until the server answers or the run is
+    // cancelled. pull fills params (count floats, host memory).
+    virtual Result pull(int local, std::int64_t step, float *params, ParameterServer::Pulled &out) = 0;
+    virtual Result push(int local, std::int64_t step, const float *grads, const float *bnBatch,
+                        const float *bnOwn, ParameterServer::Pushed &out) = 0;
+    // Rank 0, on a thread of its own: answers the other ranks' workers until each has been told
+    // the run is done, or the run stops.
+    virtual void serve(ParameterServer &server) = 0;
+};
+
 // What rank 0 knows of another rank's clock: rank 0's time = the rank's time + offsetNs.
 struct ClockOffset {
     std::int64_t offsetNs = 0;
@@ -187,6 +232,16 @@ public:
                     const std::vector<int> *script);
     // Every wait inside the communicator returns false from now on (the run stops).
     virtual void cancel() {}
+    // Async: how workers of other ranks reach rank 0's parameter server (count parameters and
+    // stats batch-norm statistics per worker; workers in all). Null in one process: every
+    // worker calls the server directly.
+    virtual std::unique_ptr<AsyncLink> asyncLink(std::size_t count, std::size_t stats, int workers)
+    {
+        (void)count;
+        (void)stats;
+        (void)workers;
+        return nullptr;
+    }
 
     // Every rank built its replicas (or failed to: localError). Throws CommError naming the
     // rank, host and error of the first that failed, on every rank, before anything runs.

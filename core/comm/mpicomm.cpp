@@ -1,6 +1,7 @@
 #include "mpicomm.h"
 
 #include "model.h"
+#include "mpiasync.h"
 
 #include <mpi.h>
 
@@ -55,7 +56,7 @@ bool probe(MPI_Comm c, MPI_Status &st, int &bytes)
 
 struct MpiCommunicator::Comms {
     MPI_Comm grads = MPI_COMM_NULL, records = MPI_COMM_NULL, control = MPI_COMM_NULL,
-             eval = MPI_COMM_NULL, clock = MPI_COMM_NULL;
+             eval = MPI_COMM_NULL, clock = MPI_COMM_NULL, async = MPI_COMM_NULL;
     bool anyAbandoned = false; // rank 0: some rank left a collective behind; others: told so
 };
 
@@ -83,7 +84,7 @@ MpiCommunicator::MpiCommunicator() : m_comms(std::make_unique<Comms>())
     MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m_ranks);
     for (MPI_Comm *c : {&m_comms->grads, &m_comms->records, &m_comms->control, &m_comms->eval,
-                        &m_comms->clock})
+                        &m_comms->clock, &m_comms->async})
         MPI_Comm_dup(MPI_COMM_WORLD, c);
     char host[kHostChars] = {};
     std::strncpy(host, hostName().c_str(), kHostChars - 1);
@@ -692,6 +693,11 @@ std::unique_ptr<SyncGroup> MpiCommunicator::syncGroup(const std::vector<Device *
                                             m_mpiAllreduce, *this);
     g->setClock(&clock);
     return g;
+}
+
+std::unique_ptr<AsyncLink> MpiCommunicator::asyncLink(std::size_t count, std::size_t stats, int workers)
+{
+    return makeMpiAsyncLink(*this, &m_comms->async, count, stats, workers);
 }
 
 } // namespace syncopate

@@ -3,7 +3,8 @@
 //
 // Each rank runs its share of the run's workers as threads. Traffic goes on separate
 // communicators: gradients (the sync group), records (batches to rank 0), control (heartbeats
-// and stops), evaluation, clock. Every wait polls its nonblocking request, so a stop or a lost
+// and stops), evaluation, clock, async (pulls and pushes to rank 0's parameter server,
+// mpiasync.h). Every wait polls its nonblocking request, so a stop or a lost
 // rank ends it: no thread is ever stuck inside MPI.
 #pragma once
 
@@ -38,6 +39,8 @@ public:
     std::unique_ptr<SyncGroup> syncGroup(const std::vector<Device *> &devices,
                                          const std::vector<float *> &grads, std::size_t count,
                                          int workers, const RunClock &clock) override;
+    // Async: rank 0's server thread and the other ranks' workers, on a communicator of their own.
+    std::unique_ptr<AsyncLink> asyncLink(std::size_t count, std::size_t stats, int workers) override;
     // Whether sync averages with MPI_Allreduce instead of the ordered exchange.
     void setAllreduce(bool mpi) { m_mpiAllreduce = mpi; }
 
@@ -70,6 +73,7 @@ public:
     // Polls req until it completes (true) or the run is cancelled or a rank lost (false).
     bool await(void *request);
     void cancel() override { m_cancelled = true; }
+    bool cancelled() const { return m_cancelled.load(std::memory_order_relaxed); }
 
 private:
     struct Comms;

@@ -4,6 +4,9 @@
 // (no worker starts a step more than s ahead of the slowest) and the staleness-aware rate.
 // Held-out evaluation is a thread of its own, the evaluator, that scores snapshots of the
 // server's parameters while training goes on (EvaluatorStatus in engine.h says the policy).
+// Over MPI ranks the server is rank 0's: its workers call it as threads of one process do, the
+// other ranks' workers through the Communicator's AsyncLink, whose thread on rank 0 asks the
+// server on their behalf (ParameterServer: the same rules, without blocking).
 #include "batchnormsync.h"
 #include "engine.h"
 #include "strategy.h"
@@ -18,11 +21,27 @@
 
 namespace syncopate {
 
-class AsyncStrategy final : public Strategy {
+class AsyncStrategy final : public Strategy, private ParameterServer {
 public:
     explicit AsyncStrategy(Engine &e) : Strategy(e)
     {
         const std::size_t n = std::size_t(e.parameterCount());
+        m_done.assign(std::size_t(e.m_config.workers), 0);
+        m_bn = e.m_config.batchnorm != "none";
+        const std::size_t stats = m_bn ? e.m_workers.front()->model->runningStatsCount() : 0;
+        m_link = e.m_comm->asyncLink(n, stats, e.m_config.workers);
+        if (!e.m_comm->root()) {
+            // The server is rank 0's; a GPU worker's parameters and gradients pass through
+            // host memory on their way.
+            for (const auto &w : e.m_workers)
+                if (!w->device->hostAccessible()) {
+                    m_hostParams.resize(e.m_workers.size());
+                    m_hostGrads.resize(e.m_workers.size());
+                    m_hostParams[std::size_t(w->local)].resize(n);
+                    m_hostGrads[std::size_t(w->local)].resize(n);
+                }
+            return;
+        }
         // The master copy on worker 0's device (its own queue).
         m_device = e.makeDevice(0);
         m_master = DeviceBuffer(*m_device, n);
@@ -33,7 +52,12 @@ public:
         m_optimizer = std::make_unique<Optimizer>(*m_device, Optimizer::parseKind(e.m_config.optimizer),
                                                   n, float(e.m_config.lr),
                                                   float(e.m_config.momentum));
-        m_done.assign(std::size_t(e.m_config.workers), 0);
+        if (m_link) {
+            m_pulled.assign(std::size_t(e.m_config.workers), 0);
+            m_heldByBound.assign(std::size_t(e.m_config.workers), 0);
+            if (!m_device->hostAccessible()) // remote gradients arrive in host memory
+                m_remoteStaging = DeviceBuffer(*m_device, n);
+        }
         if (e.m_config.batchnorm != "none")
             m_bnServer = Model::initialRunningStats(e.m_workers.front()->model->spec());
         if (e.m_evalModel) {
@@ -47,6 +71,8 @@ public:
 
     ~AsyncStrategy() override
     {
+        if (m_server.joinable()) // ends with the stop that ended the run's thread early
+            m_server.join();
         // The run's thread joins the evaluator in afterWorkers(); this is for a run whose
         // thread never got that far.
         if (m_evaluator.joinable()) {
@@ -63,8 +89,9 @@ public:
 
     void runWorker(WorkerState &w) override
     {
+        const bool remote = !m_engine.m_comm->root();
         for (std::int64_t step = 0; !m_engine.stopping(); ++step)
-            if (!this->step(w, step))
+            if (!(remote ? remoteStep(w, step) : this->step(w, step)))
                 break;
     }
 
@@ -82,6 +109,8 @@ public:
 
     std::vector<float> finalParams() const override
     {
+        if (!m_device)
+            return {}; // not rank 0: the server's parameters are there
         std::vector<float> host(std::size_t(m_engine.parameterCount()));
         std::lock_guard lock(m_mutex);
         m_device->download(host.data(), m_master.data(), host.size());
@@ -90,6 +119,21 @@ public:
 
     void beforeWorkers() override
     {
+        Engine &e = m_engine;
+        if (m_link && e.m_comm->root() && e.m_config.workers > int(e.m_workers.size())) {
+            // Rank 0 serves the other ranks' workers on a thread that counts as running, so
+            // the run's thread keeps polling the ranks (a lost one ends it) while it serves.
+            e.m_running.fetch_add(1);
+            m_server = std::thread([this, &e] {
+                try {
+                    m_link->serve(*this);
+                } catch (const std::exception &ex) {
+                    e.fail("the parameter server", e.m_progress.load(), Phase::Push, ex.what());
+                }
+                e.m_running.fetch_sub(1);
+                e.m_doneCv.notify_all();
+            });
+        }
         if (!hasEvaluator())
             return;
         m_evalRec.setTracing(m_engine.m_tracing);
@@ -101,6 +145,8 @@ public:
     // run that stopped or failed scores nothing more.
     void afterWorkers() override
     {
+        if (m_server.joinable())
+            m_server.join();
         if (!m_evaluator.joinable())
             return;
         Engine &e = m_engine;
@@ -160,8 +206,17 @@ private:
         if (m_scriptPos < script.size())
             ++m_scriptPos;
         // Whoever is next in the script may be waiting, even if this operation goes no further.
-        m_cv.notify_all();
+        changed();
         return true;
+    }
+
+    // Under the server's lock: the state changed, waiting workers (and, over ranks, the held
+    // requests of other ranks' workers) may go on.
+    void changed()
+    {
+        m_cv.notify_all();
+        if (m_link)
+            m_generation.fetch_add(1, std::memory_order_release);
     }
 
     bool step(WorkerState &w, std::int64_t step)
@@ -206,8 +261,10 @@ private:
             w.device->copyFrom(*m_device, w.model->params(), m_master.data(), n * sizeof(float));
             w.device->synchronize();
             w.pulledVersion = m_version;
+            if (m_link)
+                m_pulled[std::size_t(w.index)] = m_version;
             w.rec.span(Phase::Pull, s32, t0, w.rec.now(), double(m_version));
-            m_cv.notify_all();
+            changed();
         }
 
         e.computeStep(w, step);
@@ -233,31 +290,190 @@ private:
                 m_device->copyFrom(*w.device, m_pushStaging.data(), grads, n * sizeof(float));
                 grads = m_pushStaging.data();
             }
-            m_optimizer->step(m_master.data(), grads, scale);
-            m_device->synchronize();
-            const std::int64_t version = ++m_version;
-            ++m_done[std::size_t(w.index)];
-            e.m_progress = version;
+            const std::int64_t version = applyLocked(w.index, grads, scale);
             w.rec.span(Phase::Push, s32, t0, w.rec.now(), double(staleness));
             w.rec.counter(CounterId::Staleness, s32, double(staleness));
             w.rec.counter(CounterId::Version, s32, double(version));
-            if (batchNorm()) {
-                // The server's running statistics take the same momentum step with each pushed
-                // batch's statistics, in push order: what one replica would hold had it seen
-                // the batches the master parameters were updated with.
-                for (std::size_t i = 0; i < m_bnServer.size(); ++i)
-                    m_bnServer[i] = (1.0f - kBatchNormMomentum) * m_bnServer[i] +
-                                    kBatchNormMomentum * w.bnBatch[i];
+            if (batchNorm())
                 w.rec.counter(CounterId::BnDivergence, s32,
-                              relativeDistance(w.bnOwn.data(), m_bnServer.data(), m_bnServer.size()));
-            }
-            // A consistent snapshot: the server's parameters at this version, handed to the
-            // evaluator without waiting for it (the final version is offered at the end).
-            if (hasEvaluator() && c.evalEvery > 0 && version % c.evalEvery == 0 && version < c.steps)
-                offerSnapshot(version);
-            m_cv.notify_all();
+                              mergeBatchNormLocked(w.bnBatch.data(), w.bnOwn.data()));
+            offerDueLocked(version);
+            changed();
         }
         return !e.stopping();
+    }
+
+    // Under the server's lock: one update of the master parameters; returns the new version.
+    std::int64_t applyLocked(int worker, const float *grads, float scale)
+    {
+        m_optimizer->step(m_master.data(), grads, scale);
+        m_device->synchronize();
+        const std::int64_t version = ++m_version;
+        ++m_done[std::size_t(worker)];
+        m_engine.m_progress = version;
+        return version;
+    }
+
+    // The server's running statistics take the same momentum step with each pushed batch's
+    // statistics, in push order: what one replica would hold had it seen the batches the
+    // master parameters were updated with. Returns how far the pusher's own are from them.
+    double mergeBatchNormLocked(const float *batch, const float *own)
+    {
+        for (std::size_t i = 0; i < m_bnServer.size(); ++i)
+            m_bnServer[i] = (1.0f - kBatchNormMomentum) * m_bnServer[i] + kBatchNormMomentum * batch[i];
+        return relativeDistance(own, m_bnServer.data(), m_bnServer.size());
+    }
+
+    // A consistent snapshot: the server's parameters at this version, handed to the evaluator
+    // without waiting for it (the final version is offered at the end).
+    void offerDueLocked(std::int64_t version)
+    {
+        const RunConfig &c = m_engine.m_config;
+        if (hasEvaluator() && c.evalEvery > 0 && version % c.evalEvery == 0 && version < c.steps)
+            offerSnapshot(version);
+    }
+
+    // ---- over ranks: rank 0's server, as its serving thread asks it ----
+
+    // Under the server's lock: whether the script (if any) lets this operation go now; if so
+    // it is taken.
+    bool takeScriptTurnLocked(int code)
+    {
+        const std::vector<int> &script = m_engine.m_script;
+        if (script.empty() || m_scriptPos >= script.size())
+            return true;
+        if (script[m_scriptPos] != code)
+            return false;
+        ++m_scriptPos;
+        return true;
+    }
+
+    // The rules of step() without its waits: what a local worker would wait for holds the
+    // request (Later) and the serving thread asks again when the server changes.
+    Answer tryPull(int worker, std::int64_t step, float *params, Pulled &out) override
+    {
+        const RunConfig &c = m_engine.m_config;
+        std::lock_guard lock(m_mutex);
+        out.version = m_version;
+        if (m_version >= c.steps)
+            return Answer::Done;
+        const auto i = std::size_t(worker);
+        if (c.maxStaleness >= 0 &&
+            step - *std::min_element(m_done.begin(), m_done.end()) > c.maxStaleness) {
+            m_heldByBound[i] = 1;
+            return Answer::Later;
+        }
+        if (!takeScriptTurnLocked(worker + 1))
+            return Answer::Later;
+        m_device->download(params, m_master.data(), std::size_t(m_engine.parameterCount()));
+        m_pulled[i] = m_version;
+        out.heldByBound = m_heldByBound[i] != 0;
+        m_heldByBound[i] = 0;
+        changed();
+        return Answer::Served;
+    }
+
+    Answer tryPush(int worker, std::int64_t step, const float *grads, const float *bnBatch,
+                   const float *bnOwn, Pushed &out) override
+    {
+        (void)step;
+        const RunConfig &c = m_engine.m_config;
+        std::lock_guard lock(m_mutex);
+        out.version = m_version;
+        if (m_version >= c.steps)
+            return Answer::Done;
+        if (!takeScriptTurnLocked(-(worker + 1)))
+            return Answer::Later;
+        const std::int64_t staleness = m_version - m_pulled[std::size_t(worker)];
+        const float scale = c.stalenessLr ? 1.0f / float(std::max<std::int64_t>(1, staleness)) : 1.0f;
+        if (m_remoteStaging.data()) {
+            m_device->upload(m_remoteStaging.data(), grads, std::size_t(m_engine.parameterCount()));
+            grads = m_remoteStaging.data();
+        }
+        out.version = applyLocked(worker, grads, scale);
+        out.staleness = staleness;
+        if (batchNorm() && bnBatch && bnOwn)
+            out.bnDivergence = mergeBatchNormLocked(bnBatch, bnOwn);
+        offerDueLocked(out.version);
+        changed();
+        return Answer::Served;
+    }
+
+    std::uint64_t generation() const override { return m_generation.load(std::memory_order_acquire); }
+    bool stopping() const override { return m_engine.stopping(); }
+
+    // ---- over ranks: a worker of another rank than 0 ----
+
+    // The steps of step(), each operation a message to rank 0's server; the records are the
+    // same (a pull held by the bound is a wait, then the pull).
+    bool remoteStep(WorkerState &w, std::int64_t step)
+    {
+        Engine &e = m_engine;
+        const auto s32 = std::uint32_t(step);
+        const std::size_t n = w.model->paramCount();
+        const auto l = std::size_t(w.local);
+        const bool staged = !w.device->hostAccessible();
+        if (e.m_config.maxStaleness >= 0)
+            e.enter(w, Phase::Wait, step);
+        e.enter(w, Phase::Pull, step);
+        {
+            Pulled pulled;
+            const std::int64_t t0 = w.rec.now();
+            float *into = staged ? m_hostParams[l].data() : w.model->params();
+            const AsyncLink::Result r = m_link->pull(w.local, step, into, pulled);
+            noteProgress(pulled.version);
+            if (r != AsyncLink::Result::Ok)
+                return false;
+            if (staged) {
+                w.device->upload(w.model->params(), into, n);
+                w.device->synchronize();
+            }
+            const std::int64_t t1 = w.rec.now();
+            std::int64_t from = t0;
+            if (pulled.heldByBound) {
+                from = std::min(t1, t0 + pulled.heldNs);
+                w.rec.span(Phase::Wait, s32, t0, from);
+            }
+            w.pulledVersion = pulled.version;
+            w.rec.span(Phase::Pull, s32, from, t1, double(pulled.version));
+        }
+
+        e.computeStep(w, step);
+        if (e.stopping())
+            return false;
+        if (m_bn) {
+            w.model->batchStatsToHost(w.bnBatch.data());
+            w.model->runningStatsToHost(w.bnOwn.data());
+        }
+
+        e.enter(w, Phase::Push, step);
+        const float *grads = w.model->grads();
+        if (staged) {
+            w.device->download(m_hostGrads[l].data(), grads, n);
+            grads = m_hostGrads[l].data();
+        }
+        Pushed pushed;
+        const std::int64_t t0 = w.rec.now();
+        const AsyncLink::Result r = m_link->push(w.local, step, grads, m_bn ? w.bnBatch.data() : nullptr,
+                                                 m_bn ? w.bnOwn.data() : nullptr, pushed);
+        noteProgress(pushed.version);
+        if (r != AsyncLink::Result::Ok)
+            return false;
+        w.rec.span(Phase::Push, s32, t0, w.rec.now(), double(pushed.staleness));
+        w.rec.counter(CounterId::Staleness, s32, double(pushed.staleness));
+        w.rec.counter(CounterId::Version, s32, double(pushed.version));
+        if (m_bn)
+            w.rec.counter(CounterId::BnDivergence, s32, pushed.bnDivergence);
+        return !e.stopping();
+    }
+
+    // Another rank than 0: the server's version as its answers tell it (complete once one says
+    // the run is done).
+    void noteProgress(std::int64_t version)
+    {
+        std::atomic<std::int64_t> &p = m_engine.m_progress;
+        for (std::int64_t seen = p.load(); version > seen && !p.compare_exchange_weak(seen, version);) {
+        }
     }
 
     bool hasEvaluator() const { return !m_slots.front().params.empty(); }
@@ -341,6 +557,15 @@ private:
     std::int64_t m_version = 0;
     std::vector<std::int64_t> m_done; // updates pushed per worker
     std::size_t m_scriptPos = 0;
+    bool m_bn = false; // the model has batch norm
+    // Over ranks (null in one process): the other ranks' workers and rank 0's server thread.
+    std::unique_ptr<AsyncLink> m_link;
+    std::thread m_server;
+    std::atomic<std::uint64_t> m_generation{0};
+    std::vector<std::int64_t> m_pulled;  // rank 0: per worker, the version last pulled
+    std::vector<char> m_heldByBound;     // rank 0: per worker, its pull is held by the bound
+    DeviceBuffer m_remoteStaging;        // rank 0, server on a GPU: a pushed gradient
+    std::vector<std::vector<float>> m_hostParams, m_hostGrads; // other ranks, GPU workers
     // Batch norm: the server's running statistics (guarded by m_mutex), what evaluation uses;
     // empty without batch norm.
     std::vector<float> m_bnServer;

@@ -58,10 +58,6 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
     const int first = m_comm->firstWorker(m_config.workers);
     const int local = m_comm->localWorkers(m_config.workers);
     // Refused before any replica is built.
-    if (m_config.async() && m_comm->ranks() > 1)
-        throw ConfigError("mode = \"async\": the parameter server runs in one process; over MPI "
-                          "ranks, use mode = \"sync\" or \"checkpointed\"",
-                          {"mode"});
     if (m_config.allreduce == "mpi" && m_comm->kind() != "mpi")
         throw ConfigError("sync.allreduce = \"mpi\": needs MPI ranks (mpirun -np N syncopate-cli "
                           "run ...); in one process the workers average in shared memory",
