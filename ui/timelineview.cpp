@@ -12,11 +12,33 @@
 #include <algorithm>
 
 namespace syncopate {
+namespace {
+
+// The plot's one paint buffer, cleared to the opaque background instead of transparent: the
+// widget then copies it as it is, where QCustomPlot filled itself with the background and
+// blended a transparent buffer over it (a fifth of the live timeline's cost, 30 times a second).
+class OpaquePaintBuffer : public QCPPaintBufferPixmap {
+public:
+    OpaquePaintBuffer(const QSize &size, double dpr, const QColor &background)
+        : QCPPaintBufferPixmap(size, dpr), m_background(background)
+    {
+    }
+    void clear(const QColor &) override { mBuffer.fill(m_background); }
+    const QColor &background() const { return m_background; }
+
+private:
+    QColor m_background;
+};
+
+} // namespace
 
 TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
 {
     setNoAntialiasingOnDrag(true);
     setPlottingHint(QCP::phCacheLabels, true);
+    // paintEvent covers every pixel (the opaque buffer or QCustomPlot's background fill): the
+    // widgets beneath need no painting first.
+    setAttribute(Qt::WA_OpaquePaintEvent);
     m_plottable = new TimelinePlottable(xAxis, yAxis);
     m_plottable->removeFromLegend(); // the legend lists phases (addPhaseLegend), not the plottable
     xAxis->setLabel(tr("run time (ms)"));
@@ -204,8 +226,42 @@ TimelineView::LayoutBasis TimelineView::layoutBasis() const
     return {viewport().size(), bufferDevicePixelRatio(), font(), m_layoutGeneration};
 }
 
+bool TimelineView::opaqueBuffer() const
+{
+    return mPaintBuffers.size() == 1 && dynamic_cast<const OpaquePaintBuffer *>(mPaintBuffers.front().data());
+}
+
+void TimelineView::installOpaqueBuffer()
+{
+    // Only while every layer paints into one buffer (the overlay layer is logical) and the
+    // background is opaque; otherwise QCustomPlot's own buffers and painting.
+    const bool opaque = mBackgroundBrush.style() == Qt::SolidPattern && mBackgroundBrush.color().alpha() == 255 &&
+                        std::all_of(mLayers.begin(), mLayers.end(), [](const QCPLayer *l) { return l->mode() == QCPLayer::lmLogical; });
+    const bool ours = opaqueBuffer();
+    if (ours && opaque &&
+        static_cast<const OpaquePaintBuffer *>(mPaintBuffers.front().data())->background() == mBackgroundBrush.color())
+        return;
+    if (!ours && !opaque)
+        return;
+    mPaintBuffers.clear(); // replot's setupPaintBuffers makes QCustomPlot's own when none is here
+    if (opaque)
+        mPaintBuffers.append(QSharedPointer<QCPAbstractPaintBuffer>(
+            new OpaquePaintBuffer(viewport().size(), bufferDevicePixelRatio(), mBackgroundBrush.color())));
+}
+
+void TimelineView::paintEvent(QPaintEvent *event)
+{
+    if (!opaqueBuffer())
+        return QCustomPlot::paintEvent(event);
+    QCPPainter painter(this);
+    if (painter.isActive())
+        mPaintBuffers.front()->draw(&painter);
+}
+
 void TimelineView::updateLayout()
 {
+    // Called first in every replot, before the paint buffers are set up and drawn.
+    installOpaqueBuffer();
     if (layoutBasis() == m_laidOut) {
         // Only the range moved: new ticks, same margins (a tick label's height does not depend
         // on its text, and the row labels have not changed).

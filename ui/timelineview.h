@@ -51,9 +51,13 @@ protected:
     void wheelEvent(QWheelEvent *event) override;
     void resizeEvent(QResizeEvent *event) override;
     bool event(QEvent *event) override;
+    void paintEvent(QPaintEvent *event) override;
     void updateLayout() override;
 
 private:
+    // Whether the plot paints through one opaque buffer (installOpaqueBuffer).
+    bool opaqueBuffer() const;
+    void installOpaqueBuffer();
     void updateRowLabels();
     void updateLegend();
     void placeLegend(bool show);
