@@ -30,6 +30,7 @@ private Q_SLOTS:
     void legendListsEveryRunsPhases();
     void legendReflowsWhenNarrowed();
     void cachedDrawingEqualsAFullDraw();
+    void cachedTitleAndLegendEqualDrawingInPlace();
     void rendersAtScreenSizes_data();
     void rendersAtScreenSizes();
 };
@@ -453,6 +454,55 @@ void TestTimelineStack::cachedDrawingEqualsAFullDraw()
     // Edges of a mark can fall on the other side of a pixel centre after a shift (a rounding in
     // the last bit); anything missing or stale would be whole marks.
     QVERIFY2(worst < 0.005, qPrintable(QStringLiteral("%1% of the pixels differ").arg(100 * worst)));
+}
+
+// On screen the view paints through one opaque buffer, and its title and legend entries are
+// pixmaps drawn once; an export draws all of them in place. They must look the same, before and
+// after the title, the legend's phases and the text size change.
+void TestTimelineStack::cachedTitleAndLegendEqualDrawingInPlace()
+{
+    const auto sync = synthRun(QStringLiteral("sync"), {{"workers", 4}}, 30, 10);
+    const auto async = synthRun(QStringLiteral("async"), {{"workers", 4}, {"mode", "async"}, {"data.prefetch", true}}, 30, 10);
+    TimelineView view;
+    QVERIFY(showAt(view, QSize(1280, 720)));
+    const auto compare = [&view](const char *what) {
+        view.replot(QCustomPlot::rpImmediateRefresh);
+        const QImage shown = view.grab().toImage().convertToFormat(QImage::Format_RGB32);
+        const QImage exported = view.toPixmap(view.width(), view.height()).toImage().convertToFormat(QImage::Format_RGB32);
+        if (shown.size() != exported.size())
+            return QStringLiteral("%1: %2x%3 shown, %4x%5 exported").arg(QLatin1String(what)).arg(shown.width()).arg(shown.height()).arg(exported.width()).arg(exported.height());
+        // The title's and the legend's rows, across the whole width.
+        std::vector<QRect> areas;
+        for (int i = 0; i < view.plotLayout()->elementCount(); ++i)
+            if (QCPLayoutElement *e = view.plotLayout()->elementAt(i); e && e != view.axisRect())
+                areas.push_back(e->outerRect().adjusted(0, -1, 0, 0) & shown.rect());
+        if (areas.size() < 2)
+            return QStringLiteral("%1: no title or legend").arg(QLatin1String(what));
+        int differ = 0;
+        for (const QRect &r : areas)
+            for (int y = r.top(); y <= r.bottom(); ++y)
+                for (int x = r.left(); x <= r.right(); ++x) {
+                    const QRgb a = shown.pixel(x, y), b = exported.pixel(x, y);
+                    // The legend's translucent white lands on an opaque or a transparent
+                    // buffer: a unit of rounding apart.
+                    differ += std::abs(qRed(a) - qRed(b)) > 2 || std::abs(qGreen(a) - qGreen(b)) > 2 || std::abs(qBlue(a) - qBlue(b)) > 2;
+                }
+        return differ ? QStringLiteral("%1: %2 pixels differ").arg(QLatin1String(what)).arg(differ) : QString();
+    };
+    view.setRun(sync);
+    view.setTitle(QStringLiteral("sync: 4 workers"));
+    QString problem = compare("sync");
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    view.setRuns({async, sync}); // other phases, hatches among them, in other places
+    view.setTitle(QStringLiteral("async and sync"));
+    problem = compare("async and sync");
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    QFont f = view.font();
+    f.setPointSizeF(f.pointSizeF() * 1.6);
+    view.setFont(f);
+    view.setPresentationScale(1.6);
+    problem = compare("presentation");
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
 }
 
 void TestTimelineStack::rendersAtScreenSizes_data()

@@ -10,6 +10,8 @@
 #include <QToolTip>
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 
 namespace syncopate {
 namespace {
@@ -28,6 +30,42 @@ public:
 
 private:
     QColor m_background;
+};
+
+// The title drawn once into a pixmap and copied after: laying its text out again was a twentieth
+// of the live timeline's work, 30 times a second, for a title that changes with the run shown.
+class CachedTextElement : public QCPTextElement {
+public:
+    using QCPTextElement::QCPTextElement;
+
+protected:
+    void draw(QCPPainter *painter) override
+    {
+        const bool raster = painter->paintEngine() && painter->paintEngine()->type() == QPaintEngine::Raster;
+        if (!raster || painter->modes().testFlag(QCPPainter::pmNoCaching)) // exports keep real text
+            return QCPTextElement::draw(painter);
+        const qreal dpr = painter->device() ? painter->device()->devicePixelRatioF() : 1.0;
+        const auto key = std::make_tuple(mOuterRect, mRect, mText, mainFont(), mainTextColor(), mTextFlags, dpr);
+        if (key != m_key || m_pixmap.isNull()) {
+            m_pixmap = QPixmap(QSize(int(std::ceil(mOuterRect.width() * dpr)), int(std::ceil(mOuterRect.height() * dpr))));
+            m_pixmap.setDevicePixelRatio(dpr);
+            m_pixmap.fill(Qt::transparent);
+            QCPPainter p(&m_pixmap);
+            // The plot's painter moved by whole pixels: the text lands as it would in place.
+            p.setRenderHints(painter->renderHints());
+            p.setWorldTransform(painter->worldTransform() * QTransform::fromTranslate(-mOuterRect.left(), -mOuterRect.top()));
+            QCPTextElement::draw(&p);
+            m_key = key;
+        }
+        const QTransform world = painter->worldTransform(); // past the plot's half-pixel shift
+        painter->setWorldTransform(QTransform());
+        painter->drawPixmap(mOuterRect.topLeft(), m_pixmap);
+        painter->setWorldTransform(world);
+    }
+
+private:
+    QPixmap m_pixmap;
+    std::tuple<QRect, QRect, QString, QFont, QColor, int, qreal> m_key;
 };
 
 } // namespace
@@ -54,7 +92,7 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     axisRect()->setRangeZoomFactor(0.8);
 
     plotLayout()->insertRow(0);
-    m_title = new QCPTextElement(this, QString(), QFont(font().family(), font().pointSize() + 2, QFont::Bold));
+    m_title = new CachedTextElement(this, QString(), QFont(font().family(), font().pointSize() + 2, QFont::Bold));
     plotLayout()->addElement(0, 0, m_title);
     axisRect()->insetLayout()->take(legend);
     legend->setFillOrder(QCPLegend::foColumnsFirst);

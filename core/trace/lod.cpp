@@ -15,14 +15,14 @@ void addNs(std::int64_t &ns, std::int64_t d)
         ns = std::numeric_limits<std::int64_t>::max();
 }
 
-// Lengthens a level to n buckets. A level past 4096 buckets is headed for its cap, so it takes
-// the cap's room at once: growing by doubling copied a live run's levels again and again, and
-// touched fresh pages each time (a seventh of the GUI thread's time with 16 workers). Pages
-// reserved and not yet reached cost address space, not memory.
+// Lengthens a level to n buckets. A level past a page of buckets (256) is headed for its cap, so
+// it takes the cap's room at once: growing by doubling copied a live run's levels again and
+// again, and touched fresh pages each time (a seventh of the GUI thread's time with 16
+// workers). Pages reserved and not yet reached cost address space, not memory.
 void growTo(std::vector<LodBucket> &buckets, std::size_t n)
 {
     if (n > buckets.capacity())
-        buckets.reserve(n <= 4096 ? std::max(n, 2 * buckets.capacity()) : std::max(n, RowLod::kMaxBuckets));
+        buckets.reserve(n <= 256 ? std::max(n, 2 * buckets.capacity()) : std::max(n, RowLod::kMaxBuckets));
     buckets.resize(n);
 }
 

@@ -218,6 +218,10 @@ void TraceModel::append(const Record *records, std::size_t n)
         Row &row = m_rows[ri];
         if (!row.recent.empty() && r.start < row.recent.back().start)
             row.sorted = false;
+        // A trimmed row never holds more than twice the window: its room taken once, where
+        // doubling copied it again and again (and touched fresh pages each time).
+        if (row.recent.size() == row.recent.capacity() && !m_dir.empty())
+            row.recent.reserve(std::max(2 * kRecentSpans, row.recent.size() + 1));
         row.recent.push_back(r);
         trim(row);
     }
