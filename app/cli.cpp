@@ -356,7 +356,7 @@ int commandRun(const std::vector<std::string> &args)
 #ifdef SYNCOPATE_HAVE_MPI
         if (g_mpi) {
             g_mpi->setTimeout(prepared.config.commTimeoutS);
-            g_mpi->setAllreduce(prepared.config.allreduce == "mpi");
+            g_mpi->setAllreduce(prepared.config.allreduce);
         }
 #endif
         enginePtr = std::make_unique<Engine>(prepared.config, prepared.train, prepared.eval, comm);

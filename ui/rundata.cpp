@@ -100,7 +100,10 @@ QString RunData::rowLabel(const TimelineRow &row) const
         const int first = r.value("first_worker", -1), n = r.value("workers", 0);
         if (row.worker < first || row.worker >= first + n)
             continue;
-        const double u = std::max(r.value("clock_uncertainty_ns", 0.0), r.value("clock_uncertainty_end_ns", 0.0));
+        // What the rank's spans may be off rank 0's clock by: the measurements' own uncertainty,
+        // or how far the model they were put on the clock with was from the end's measurement.
+        const double u = std::max({r.value("clock_uncertainty_ns", 0.0), r.value("clock_uncertainty_end_ns", 0.0),
+                                   r.value("clock_residual_end_ns", 0.0)});
         QString label = QObject::tr("rank %1 @ %2").arg(r.value("rank", 0)).arg(QString::fromStdString(r.value("host", "?")));
         if (r.value("rank", 0) != 0) // rank 0's clock is the run's
             label += u >= 1000 ? QObject::tr(" \u00b1%1 ms").arg(u / 1e6, 0, 'f', u >= 1e6 ? 1 : 3)

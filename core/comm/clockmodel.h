@@ -78,6 +78,15 @@ private:
         const double b = (sw * sto - st * so) / det;
         if (std::abs(b) * 1e6 > kMaxDriftPpm)
             return;
+        // A drift smaller than twice its own standard error is noise of the round trips (two
+        // measurements 2 s apart, each within 60 us, allow 30 ppm either way), and
+        // extrapolating it would put spans further off than no drift does: then the offset is
+        // the measurements' weighted mean and the drift 0.
+        if (std::abs(b) < 2.0 * std::sqrt(sw / det)) {
+            m_b = 0;
+            m_a = std::llround(base + so / sw);
+            return;
+        }
         m_b = b;
         m_a = std::llround(base + (so - b * st) / sw);
     }

@@ -196,6 +196,13 @@ struct ClockOffset {
     std::int64_t uncertaintyNs = 0; // half the lowest round trip: the offset is within this
 };
 
+// How a rank's spans were put on rank 0's clock while the run streamed them (ClockModel).
+struct ClockFit {
+    double driftPpm = 0;         // the fitted drift, rank 0's clock against this rank's
+    std::int64_t residualNs = 0; // the model at the end against the end's measurement
+    int measurements = 0;        // ping-pong measurements the model was fitted to
+};
+
 class Communicator {
 public:
     virtual ~Communicator() = default;
@@ -255,6 +262,8 @@ public:
         (void)atEnd;
         return {ClockOffset{}};
     }
+    // Rank 0, after finishRun: how each rank's clock was modelled.
+    virtual std::vector<ClockFit> clockFits() const { return {ClockFit{}}; }
     // On this rank's clock: the time rank 0's clock showed then (the offset at the start and
     // the drift measured since, once known).
     virtual std::int64_t toRootClock(std::int64_t ns) const { return ns; }

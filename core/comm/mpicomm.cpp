@@ -1,6 +1,8 @@
 #include "mpicomm.h"
 
+#include "config.h"
 #include "model.h"
+#include "mpinccl.h"
 #include "mpiasync.h"
 
 #include <mpi.h>
@@ -11,6 +13,7 @@
 #include <limits>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 namespace syncopate {
 namespace {
@@ -18,11 +21,15 @@ namespace {
 // Tags. Records and "done" share the records communicator, so a rank's "done" arrives after
 // every batch it sent before (MPI does not let messages of one sender overtake each other on
 // one communicator when the receive matches both).
-enum Tag : int { TagRecords = 1, TagDone, TagBeat, TagStop, TagPing, TagPong, TagOffsets, TagFin, TagKnob };
+enum Tag : int { TagRecords = 1, TagDone, TagBeat, TagStop, TagPing, TagPong, TagOffsets, TagFin, TagKnob,
+                 TagSyncPing, TagSyncPong };
 
 constexpr int kHostChars = 256;
 constexpr int kErrorChars = 4096;
 constexpr int kPings = 16;
+constexpr int kClockSyncMs = 2000;       // a rank measures its clock again this often
+constexpr int kSyncWaitMs = 50;          // for one answer of rank 0 while the run goes
+constexpr int kOffsetValues = 7;         // what a rank tells rank 0 of its clock at the end
 
 using Clock = std::chrono::steady_clock;
 
@@ -96,6 +103,7 @@ MpiCommunicator::MpiCommunicator() : m_comms(std::make_unique<Comms>())
     m_doneRanks.assign(std::size_t(m_ranks), false);
     m_startOffsets.assign(std::size_t(m_ranks), ClockOffset{});
     m_endOffsets.assign(std::size_t(m_ranks), ClockOffset{});
+    m_fits.assign(std::size_t(m_ranks), ClockFit{});
 }
 
 MpiCommunicator::~MpiCommunicator()
@@ -173,12 +181,14 @@ void MpiCommunicator::agreeReady(const std::string &localError)
         if (*e)
             throw CommError(rankName(r) + ": " + e);
     }
+    // Every rank built its replicas: the sync group may ask the others now.
+    chooseSyncGroup();
 }
 
 // NTP-style: this rank sends its time t1, rank 0 answers with its time t2, the answer arrives
 // at t3. Rank 0's clock = this clock + t2 - (t1 + t3) / 2, within half the round trip; the
 // exchange with the lowest round trip of several is kept.
-ClockOffset MpiCommunicator::measureOffset(const RunClock &clock, std::int64_t *at)
+ClockOffset MpiCommunicator::measureOffset(const RunClock &clock, std::int64_t *at, std::int64_t *mid)
 {
     ClockOffset best{0, std::numeric_limits<std::int64_t>::max()};
     if (m_rank == 0) {
@@ -200,13 +210,103 @@ ClockOffset MpiCommunicator::measureOffset(const RunClock &clock, std::int64_t *
         MPI_Recv(&t2, 1, MPI_INT64_T, 0, TagPong, m_comms->clock, MPI_STATUS_IGNORE);
         const std::int64_t t3 = clock.now();
         const std::int64_t half = (t3 - t1) / 2;
-        if (half < best.uncertaintyNs)
+        if (half < best.uncertaintyNs) {
             best = {t2 - (t1 + half), half};
+            if (mid)
+                *mid = t1 + half;
+        }
     }
     if (at)
         *at = clock.now();
     return best;
 }
+
+// A rank other than 0, from its poll while the run goes: kPings round trips with rank 0's
+// poll (serveClock), the tightest one kept, as at the start. The first ping waits for rank 0's
+// next poll; the others find it answering. A burst rank 0 does not answer in time is dropped.
+void MpiCommunicator::syncClock()
+{
+    ClockOffset best{0, std::numeric_limits<std::int64_t>::max()};
+    std::int64_t bestMid = 0;
+    for (int k = 0; k < kPings; ++k) {
+        const std::int64_t t1 = m_clock->now();
+        MPI_Request send;
+        MPI_Isend(&t1, 1, MPI_INT64_T, 0, TagSyncPing, m_comms->clock, &send);
+        std::int64_t reply[2] = {};
+        const auto deadline = Clock::now() + std::chrono::milliseconds(kSyncWaitMs);
+        bool answered = false;
+        while (!answered) {
+            MPI_Request recv;
+            MPI_Irecv(reply, 2, MPI_INT64_T, 0, TagSyncPong, m_comms->clock, &recv);
+            int done = 0, spins = 0;
+            while (!done && Clock::now() < deadline && !m_cancelled.load(std::memory_order_relaxed)) {
+                MPI_Test(&recv, &done, MPI_STATUS_IGNORE);
+                if (!done)
+                    backoff(spins);
+            }
+            if (!done) {
+                MPI_Cancel(&recv);
+                MPI_Wait(&recv, MPI_STATUS_IGNORE);
+                break;
+            }
+            answered = reply[0] == t1; // else the answer to a ping of a burst given up on
+        }
+        const std::int64_t t3 = m_clock->now();
+        int sent = 0;
+        MPI_Test(&send, &sent, MPI_STATUS_IGNORE);
+        if (!sent) {
+            MPI_Cancel(&send);
+            MPI_Wait(&send, MPI_STATUS_IGNORE);
+        }
+        if (!answered)
+            break;
+        const std::int64_t half = (t3 - t1) / 2;
+        if (half < best.uncertaintyNs) {
+            best = {reply[1] - (t1 + half), half};
+            bestMid = t1 + half;
+        }
+    }
+    if (best.uncertaintyNs == std::numeric_limits<std::int64_t>::max())
+        return;
+    std::lock_guard lock(m_modelMutex);
+    m_model.add(bestMid, best);
+}
+
+// Rank 0, from its poll: answers the bursts of syncClock, one rank's at a time, at once.
+void MpiCommunicator::serveClock()
+{
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, TagSyncPing, m_comms->clock, &flag, &st);
+    while (flag) {
+        const int from = st.MPI_SOURCE;
+        int answered = 0;
+        auto last = Clock::now();
+        while (answered < kPings && Clock::now() - last < std::chrono::milliseconds(5)) {
+            MPI_Iprobe(from, TagSyncPing, m_comms->clock, &flag, &st);
+            if (!flag) {
+                std::this_thread::yield();
+                continue;
+            }
+            std::int64_t reply[2] = {};
+            MPI_Recv(&reply[0], 1, MPI_INT64_T, from, TagSyncPing, m_comms->clock, MPI_STATUS_IGNORE);
+            reply[1] = m_clock->now();
+            // 16 bytes go eagerly: the send returns without waiting for the other rank.
+            MPI_Send(reply, 2, MPI_INT64_T, from, TagSyncPong, m_comms->clock);
+            ++answered;
+            last = Clock::now();
+        }
+        MPI_Iprobe(MPI_ANY_SOURCE, TagSyncPing, m_comms->clock, &flag, &st);
+    }
+}
+
+std::int64_t MpiCommunicator::toRootClock(std::int64_t ns) const
+{
+    std::lock_guard lock(m_modelMutex);
+    return ns + (m_model.empty() ? m_offset.offsetNs : m_model.offsetAt(ns));
+}
+
+std::vector<ClockFit> MpiCommunicator::clockFits() const { return m_fits; }
 
 void MpiCommunicator::startClock(RunClock &clock)
 {
@@ -214,7 +314,17 @@ void MpiCommunicator::startClock(RunClock &clock)
     MPI_Bcast(&origin, 1, MPI_INT64_T, 0, m_comms->clock);
     if (m_rank != 0)
         clock.restartAt(origin);
-    m_offset = measureOffset(clock, nullptr);
+    std::int64_t mid = 0;
+    m_offset = measureOffset(clock, nullptr, &mid);
+    {
+        std::lock_guard lock(m_modelMutex);
+        m_model = ClockModel();
+        if (m_rank != 0)
+            m_model.add(mid, m_offset);
+    }
+    m_clock = &clock;
+    m_finishing = false;
+    m_lastSync = Clock::now();
     m_lastHeard.assign(std::size_t(m_ranks), Clock::now());
     m_lastBeat = Clock::now();
 }
@@ -355,6 +465,14 @@ bool MpiCommunicator::poll()
         }
     }
     drainControl();
+    if (m_clock && m_ranks > 1) {
+        if (m_rank == 0) {
+            serveClock();
+        } else if (!m_finishing && now - m_lastSync > std::chrono::milliseconds(kClockSyncMs)) {
+            syncClock();
+            m_lastSync = Clock::now();
+        }
+    }
     if (m_rank == 0)
         receiveAll(m_inbox); // records and "done" count as signs of life too
     return checkAlive() && !m_stopped;
@@ -423,12 +541,23 @@ bool MpiCommunicator::finishRun(const RunClock &clock)
     std::int64_t at = 0;
     if (m_rank != 0) {
         // After this rank's last records: "done", then the clock again, then both offsets.
+        m_finishing = true;
         int abandoned = m_abandoned.load() ? 1 : 0;
         MPI_Send(&abandoned, 1, MPI_INT, 0, TagDone, m_comms->records);
-        m_endOffset = measureOffset(clock, &at);
-        const std::int64_t offsets[4] = {m_offset.offsetNs, m_offset.uncertaintyNs,
-                                         m_endOffset.offsetNs, m_endOffset.uncertaintyNs};
-        MPI_Send(offsets, 4, MPI_INT64_T, 0, TagOffsets, m_comms->clock);
+        std::int64_t mid = 0;
+        m_endOffset = measureOffset(clock, &at, &mid);
+        {
+            // How far the model the spans were sent with was from the clock at the end.
+            std::lock_guard lock(m_modelMutex);
+            m_fit.driftPpm = m_model.driftPpm();
+            m_fit.measurements = m_model.measurements() + 1;
+            m_fit.residualNs = std::llabs(m_model.offsetAt(mid) - m_endOffset.offsetNs);
+        }
+        const std::int64_t offsets[kOffsetValues] = {
+            m_offset.offsetNs, m_offset.uncertaintyNs, m_endOffset.offsetNs,
+            m_endOffset.uncertaintyNs, std::llround(m_fit.driftPpm * 1000.0), m_fit.residualNs,
+            m_fit.measurements};
+        MPI_Send(offsets, kOffsetValues, MPI_INT64_T, 0, TagOffsets, m_comms->clock);
         int fin = 0;
         MPI_Request req;
         MPI_Irecv(&fin, 1, MPI_INT, 0, TagFin, m_comms->clock, &req);
@@ -440,12 +569,14 @@ bool MpiCommunicator::finishRun(const RunClock &clock)
                 MPI_Cancel(&req);
                 MPI_Wait(&req, MPI_STATUS_IGNORE);
                 m_abandoned = true;
+                m_clock = nullptr;
                 return false;
             }
             if (!done)
                 backoff(spins);
         }
         m_comms->anyAbandoned = fin != 0;
+        m_clock = nullptr;
         return true;
     }
     // Rank 0: every rank's records up to its "done", then its clock, in rank order.
@@ -473,10 +604,11 @@ bool MpiCommunicator::finishRun(const RunClock &clock)
     if (ok) {
         measureOffset(clock, &at);
         for (int r = 1; r < m_ranks; ++r) {
-            std::int64_t offsets[4] = {};
-            MPI_Recv(offsets, 4, MPI_INT64_T, r, TagOffsets, m_comms->clock, MPI_STATUS_IGNORE);
+            std::int64_t offsets[kOffsetValues] = {};
+            MPI_Recv(offsets, kOffsetValues, MPI_INT64_T, r, TagOffsets, m_comms->clock, MPI_STATUS_IGNORE);
             m_startOffsets[std::size_t(r)] = {offsets[0], offsets[1]};
             m_endOffsets[std::size_t(r)] = {offsets[2], offsets[3]};
+            m_fits[std::size_t(r)] = {double(offsets[4]) / 1000.0, offsets[5], int(offsets[6])};
         }
     } else {
         m_comms->anyAbandoned = true;
@@ -485,6 +617,7 @@ bool MpiCommunicator::finishRun(const RunClock &clock)
     const int fin = m_comms->anyAbandoned ? 1 : 0;
     for (int r = 1; r < m_ranks && ok; ++r)
         MPI_Send(&fin, 1, MPI_INT, r, TagFin, m_comms->clock);
+    m_clock = nullptr; // the run's clock ends with the run
     return ok;
 }
 
@@ -681,17 +814,96 @@ private:
 
 } // namespace
 
-std::unique_ptr<SyncGroup> MpiCommunicator::syncGroup(const std::vector<Device *> &devices,
-                                                      const std::vector<float *> &grads,
-                                                      std::size_t count, int workers,
-                                                      const RunClock &clock)
+// sync.allreduce = auto or nccl: whether NCCL can serve the run is a question to every rank
+// (collectives), which may only be asked once every rank has built its replicas: a rank that
+// failed before (a data file missing on its host) never comes to ask it. So the group is chosen
+// in agreeReady, after every rank said it is ready; until then this one holds the question.
+class MpiCommunicator::ChosenSyncGroup final : public SyncGroup {
+public:
+    ChosenSyncGroup(MpiCommunicator &comm, const std::vector<Device *> &devices,
+                    const std::vector<float *> &grads, std::size_t count, int workers,
+                    const RunClock &clock)
+        : m_comm(comm), m_devices(devices), m_grads(grads), m_count(count), m_workers(workers),
+          m_clock(clock)
+    {
+    }
+    ~ChosenSyncGroup() override
+    {
+        if (m_comm.m_choosing == this)
+            m_comm.m_choosing = nullptr;
+    }
+
+    // Collective over the ranks; throws ConfigError of sync.allreduce when nccl was asked for
+    // and cannot be had (alike on every rank).
+    void choose()
+    {
+        std::string id;
+        const std::string why = mpiNcclVerdict(m_comm, m_comm.m_comms->grads, m_devices, m_workers, &id);
+        if (why.empty()) {
+            m_chosen = makeMpiNcclSyncGroup(m_comm, m_comm.m_comms->grads, m_devices, m_grads,
+                                            m_count, m_workers, m_clock, std::move(id));
+            return;
+        }
+        if (m_comm.m_allreduce == "nccl")
+            throw ConfigError("sync.allreduce = nccl cannot be had: " + why, {"sync.allreduce"});
+        m_chosen = m_comm.orderedGroup(m_devices, m_grads, m_count, m_workers, m_clock, false);
+    }
+
+    std::string algorithm() const override { return m_chosen ? m_chosen->algorithm() : "not chosen yet"; }
+    std::size_t prepare(int local) override { return m_chosen->prepare(local); }
+    bool arrive(int local, std::int64_t arrivedNs, std::int64_t *releasedNs) override
+    {
+        return m_chosen->arrive(local, arrivedNs, releasedNs);
+    }
+    std::size_t reduce(int local) override { return m_chosen->reduce(local); }
+    const float *finish(int local) override { return m_chosen->finish(local); }
+    void cancel() override
+    {
+        if (m_chosen)
+            m_chosen->cancel();
+        else
+            m_comm.cancel();
+    }
+
+private:
+    MpiCommunicator &m_comm;
+    std::vector<Device *> m_devices;
+    std::vector<float *> m_grads;
+    std::size_t m_count;
+    int m_workers;
+    const RunClock &m_clock;
+    std::unique_ptr<SyncGroup> m_chosen;
+};
+
+void MpiCommunicator::chooseSyncGroup()
+{
+    if (ChosenSyncGroup *g = std::exchange(m_choosing, nullptr))
+        g->choose();
+}
+
+std::unique_ptr<SyncGroup> MpiCommunicator::orderedGroup(const std::vector<Device *> &devices,
+                                                         const std::vector<float *> &grads,
+                                                         std::size_t count, int workers,
+                                                         const RunClock &clock, bool allreduce)
 {
     if (count > std::size_t(std::numeric_limits<int>::max()))
         throw CommError("the model's " + std::to_string(count) +
                         " parameters exceed what one MPI message counts (2^31 - 1)");
     auto g = std::make_unique<MpiSyncGroup>(*this, m_comms->grads, devices, grads, count, workers,
-                                            m_mpiAllreduce, *this);
+                                            allreduce, *this);
     g->setClock(&clock);
+    return g;
+}
+
+std::unique_ptr<SyncGroup> MpiCommunicator::syncGroup(const std::vector<Device *> &devices,
+                                                      const std::vector<float *> &grads,
+                                                      std::size_t count, int workers,
+                                                      const RunClock &clock)
+{
+    if (m_allreduce == "ordered" || m_allreduce == "mpi")
+        return orderedGroup(devices, grads, count, workers, clock, m_allreduce == "mpi");
+    auto g = std::make_unique<ChosenSyncGroup>(*this, devices, grads, count, workers, clock);
+    m_choosing = g.get();
     return g;
 }
 

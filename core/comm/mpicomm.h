@@ -8,6 +8,7 @@
 // rank ends it: no thread is ever stuck inside MPI.
 #pragma once
 
+#include "clockmodel.h"
 #include "communicator.h"
 
 #include <atomic>
@@ -41,13 +42,15 @@ public:
                                          int workers, const RunClock &clock) override;
     // Async: rank 0's server thread and the other ranks' workers, on a communicator of their own.
     std::unique_ptr<AsyncLink> asyncLink(std::size_t count, std::size_t stats, int workers) override;
-    // Whether sync averages with MPI_Allreduce instead of the ordered exchange.
-    void setAllreduce(bool mpi) { m_mpiAllreduce = mpi; }
+    // How sync averages (sync.allreduce): "auto", "ordered", "mpi" or "nccl".
+    void setAllreduce(std::string kind) { m_allreduce = std::move(kind); }
 
     void agreeReady(const std::string &localError) override;
     void startClock(RunClock &clock) override;
     std::vector<ClockOffset> clockOffsets(bool atEnd) const override;
-    std::int64_t toRootClock(std::int64_t ns) const override { return ns + m_offset.offsetNs; }
+    std::vector<ClockFit> clockFits() const override;
+    // The offset at the start and the drift measured since (ClockModel).
+    std::int64_t toRootClock(std::int64_t ns) const override;
 
     void sendRecords(std::vector<Record> &batch) override;
     bool receiveRecords(std::vector<Record> &out) override;
@@ -76,20 +79,38 @@ public:
     bool cancelled() const { return m_cancelled.load(std::memory_order_relaxed); }
 
 private:
+    class ChosenSyncGroup;
+    ChosenSyncGroup *m_choosing = nullptr; // chosen in agreeReady
+    void chooseSyncGroup();
+    std::unique_ptr<SyncGroup> orderedGroup(const std::vector<Device *> &devices,
+                                            const std::vector<float *> &grads, std::size_t count,
+                                            int workers, const RunClock &clock, bool allreduce);
     struct Comms;
     std::unique_ptr<Comms> m_comms;
     int m_rank = 0, m_ranks = 1;
     std::vector<std::string> m_hosts;
-    bool m_mpiAllreduce = false;
+    std::string m_allreduce = "auto";
     std::int64_t m_timeoutNs = 10'000'000'000;
     std::atomic<bool> m_cancelled{false};
     std::atomic<bool> m_abandoned{false};
     std::atomic<std::int64_t> m_hurriedNs{0}; // steady clock, when hurry() was called
 
-    // Clock: this rank's offset to rank 0 (start, end) and, on rank 0, everyone's.
-    ClockOffset measureOffset(const RunClock &clock, std::int64_t *at);
+    // Clock: this rank's offset to rank 0 (start, end) and, on rank 0, everyone's. *mid: this
+    // rank's time in the middle of the best round trip.
+    ClockOffset measureOffset(const RunClock &clock, std::int64_t *at, std::int64_t *mid = nullptr);
     ClockOffset m_offset, m_endOffset;
     std::vector<ClockOffset> m_startOffsets, m_endOffsets;
+    // While the run goes, every kClockSyncMs a rank other than 0 measures again (syncClock,
+    // from its poll) and rank 0 answers in its own poll (serveClock); the model takes each.
+    const RunClock *m_clock = nullptr;
+    mutable std::mutex m_modelMutex;
+    ClockModel m_model;
+    std::chrono::steady_clock::time_point m_lastSync{};
+    bool m_finishing = false; // finishRun began: the end's measurement is the last
+    ClockFit m_fit;           // this rank's, at the end
+    std::vector<ClockFit> m_fits; // rank 0: everyone's
+    void syncClock();
+    void serveClock();
 
     // Control: heartbeats, stops, lost ranks. Only the collector thread calls poll().
     std::chrono::steady_clock::time_point m_lastBeat{};

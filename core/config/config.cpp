@@ -361,11 +361,14 @@ const std::vector<ConfigKey> &configKeys()
          "Momentum factor of the momentum optimizer."},
         {"train.seed", KeyType::Int, "1", 0, 9.007199254740991e15, {},
          "Seed of data generation, shuffling, initial parameters and jitter."},
-        {"sync.allreduce", KeyType::Enum, "\"ordered\"", -kInf, kInf, {"ordered", "mpi"},
+        {"sync.allreduce", KeyType::Enum, "\"auto\"", -kInf, kInf, {"auto", "ordered", "mpi", "nccl"},
          "Over MPI ranks, how sync averages the gradients. ordered: every rank sends each "
          "worker's gradient slices to the slice's owner, which sums them in worker order "
          "(bit for bit the result of the same workers as threads of one process); mpi: "
-         "MPI_Allreduce of each rank's sum (its own algorithm and order, equal to about 1e-6)."},
+         "MPI_Allreduce of each rank's sum (its own algorithm and order, equal to about 1e-6); "
+         "nccl: NCCL between the workers' GPUs, its communicator set up over MPI (every worker "
+         "on a GPU of its own); auto: nccl where every worker has a GPU of its own and NCCL "
+         "loads on every rank, ordered otherwise."},
         {"sync.backup_workers", KeyType::Int, "0", 0, 255, {},
          "Backup workers b (Chen et al. 2016): each step applies the mean of the first "
          "workers - b gradients to arrive and drops the rest, so the b slowest stall nobody. "

@@ -70,7 +70,7 @@ struct RunConfig {
     double momentum = 0.9;
     std::uint64_t seed = 1;
 
-    std::string allreduce = "ordered"; // sync over MPI ranks: ordered | mpi
+    std::string allreduce = "auto"; // sync over MPI ranks: auto | ordered | mpi | nccl
     int backupWorkers = 0;             // sync: gradients dropped per step (the last to arrive)
     int workersPerRank = 1;            // MPI: worker threads of each rank
     double commTimeoutS = 10;          // MPI: a rank silent this long is lost

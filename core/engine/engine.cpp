@@ -415,6 +415,7 @@ RunOutcome Engine::outcome() const
     if (m_comm->ranks() > 1) {
         // Where each rank ran, and how well its clock was put on rank 0's.
         const auto start = m_comm->clockOffsets(false), end = m_comm->clockOffsets(true);
+        const auto fits = m_comm->clockFits();
         const auto hosts = m_comm->hosts();
         for (int r = 0; r < m_comm->ranks(); ++r) {
             const auto i = std::size_t(r);
@@ -426,6 +427,11 @@ RunOutcome Engine::outcome() const
             info.uncertaintyNs = start[i].uncertaintyNs;
             info.endOffsetNs = end[i].offsetNs;
             info.endUncertaintyNs = end[i].uncertaintyNs;
+            if (i < fits.size()) {
+                info.driftPpm = fits[i].driftPpm;
+                info.residualNs = fits[i].residualNs;
+                info.clockMeasurements = fits[i].measurements;
+            }
             o.ranks.push_back(info);
         }
     }

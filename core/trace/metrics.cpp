@@ -436,7 +436,10 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
                              {"clock_offset_ns", i.offsetNs},
                              {"clock_uncertainty_ns", i.uncertaintyNs},
                              {"clock_offset_end_ns", i.endOffsetNs},
-                             {"clock_uncertainty_end_ns", i.endUncertaintyNs}};
+                             {"clock_uncertainty_end_ns", i.endUncertaintyNs},
+                             {"clock_drift_ppm", i.driftPpm},
+                             {"clock_residual_end_ns", i.residualNs},
+                             {"clock_measurements", i.clockMeasurements}};
             ranks.push_back(k);
         }
         j["ranks"] = ranks;

@@ -45,6 +45,11 @@ struct RankInfo {
     int workers = 0;
     std::int64_t offsetNs = 0, uncertaintyNs = 0;
     std::int64_t endOffsetNs = 0, endUncertaintyNs = 0;
+    // The drift fitted while the run streamed (spans were put on rank 0's clock with it), and
+    // how far that model was from the end's measurement.
+    double driftPpm = 0;
+    std::int64_t residualNs = 0;
+    int clockMeasurements = 0;
 };
 
 struct RunOutcome {
