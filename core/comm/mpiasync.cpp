@@ -38,7 +38,7 @@ public:
     Header header() const
     {
         Header h;
-        std::memcpy(&h, m_data.data(), sizeof h);
+        std::memcpy(static_cast<void *>(&h), m_data.data(), sizeof h);
         return h;
     }
     void setHeader(const Header &h) { std::memcpy(m_data.data(), &h, sizeof h); }
@@ -99,6 +99,8 @@ public:
         h.step = step;
         req.setHeader(h);
         const Result r = exchange(local, Message::bytes(0));
+        if (r == Result::Cancelled)
+            return r; // the reply's buffer may still be MPI's
         const Header a = m_in[std::size_t(local)].header();
         out.version = a.version;
         if (r != Result::Ok)
@@ -127,6 +129,8 @@ public:
             floats += 2 * m_stats;
         }
         const Result r = exchange(local, Message::bytes(floats));
+        if (r == Result::Cancelled)
+            return r;
         const Header a = m_in[std::size_t(local)].header();
         out.version = a.version;
         out.staleness = a.value;
