@@ -36,6 +36,8 @@ private slots:
     void asyncRanksFollowTheScriptLikeThreads_data();
     void asyncRanksFollowTheScriptLikeThreads();
     void asyncBoundHoldsOverRanks();
+    void stopEndsTheRanks_data();
+    void stopEndsTheRanks();
     void lostRankEndsTheRun_data();
     void lostRankEndsTheRun();
 
@@ -379,6 +381,44 @@ void TestMpi::asyncBoundHoldsOverRanks()
     // Every worker, the slow one too, took part.
     for (int w = 0; w < n; ++w)
         QVERIFY(std::count(t.worker.begin(), t.worker.end(), w) > 0);
+}
+
+void TestMpi::stopEndsTheRanks_data()
+{
+    QTest::addColumn<QString>("mode");
+    QTest::newRow("sync") << QStringLiteral("sync");
+    QTest::newRow("async") << QStringLiteral("async");
+}
+
+void TestMpi::stopEndsTheRanks()
+{
+    // SIGTERM to mpirun (what the app's Stop sends) reaches every rank: rank 0 keeps the run as
+    // stopped, with no error, in either mode (async: workers waiting for rank 0's server too).
+    QFETCH(QString, mode);
+    const QString dir = m_tmp.filePath(QStringLiteral("stop-") + mode);
+    QProcess p;
+    start(p, 3, dir, {QStringLiteral("train.steps=100000000"), QStringLiteral("mode=") + mode});
+    QVERIFY(p.waitForStarted());
+    QByteArray said;
+    while (!said.contains("Ctrl-C stops") && p.state() == QProcess::Running) {
+        p.waitForReadyRead(1000);
+        said += p.readAll();
+    }
+    QVERIFY2(said.contains("Ctrl-C stops"), said.constData());
+    QTRY_VERIFY_WITH_TIMEOUT(QFile(dir + QStringLiteral("/metrics.csv")).size() > 200, 60000);
+    p.terminate();
+    const bool ended = p.waitForFinished(60000);
+    if (!ended) {
+        p.kill();
+        p.waitForFinished();
+    }
+    said += p.readAll();
+    QVERIFY2(ended, said.constData());
+    QVERIFY2(said.contains("stopping..."), said.constData());
+    const json s = summary(dir);
+    QCOMPARE(s["status"].get<std::string>(), std::string("stopped"));
+    QVERIFY2(!s.contains("error"), said.constData());
+    QVERIFY(s["steps_completed"].get<std::int64_t>() > 0);
 }
 
 // The PID of the given rank among mpirun's children (Open MPI puts the rank in each one's
