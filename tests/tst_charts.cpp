@@ -2,6 +2,7 @@
 // and what the loss chart draws for a run whose losses are known.
 #include "charts.h"
 
+#include <QComboBox>
 #include <QtTest>
 #include <qcustomplot.h>
 
@@ -14,6 +15,8 @@ private Q_SLOTS:
     void spreadBandEdges();
     void asyncLossChartDrawsTheBand();
     void batchNormChartOnlyWithBatchNorm();
+    void incrementalEqualsRefill_data();
+    void incrementalEqualsRefill();
 };
 
 void TestCharts::spreadBandByHand()
@@ -129,6 +132,144 @@ void TestCharts::batchNormChartOnlyWithBatchNorm()
     QCOMPARE(p->graph(1)->data()->size(), 3);
     QCOMPARE((p->graph(1)->data()->constEnd() - 1)->value, 0.2 * 3);
     QVERIFY(p->graph(0)->name().contains(QStringLiteral("local batch norm")));
+}
+
+namespace {
+
+// Every graph of every chart holds the same points in both (exactly: the live charts give only
+// new points, and must end where a refill of the same run would).
+void compareCharts(const ChartsWidget &live, const ChartsWidget &refilled, const char *when)
+{
+    const auto a = live.plots(), b = refilled.plots();
+    QCOMPARE(a.size(), b.size());
+    for (std::size_t p = 0; p < a.size(); ++p) {
+        QCOMPARE(a[p].second->graphCount(), b[p].second->graphCount());
+        for (int g = 0; g < a[p].second->graphCount(); ++g) {
+            const auto &x = *a[p].second->graph(g)->data(), &y = *b[p].second->graph(g)->data();
+            if (x.size() != y.size())
+                QFAIL(qPrintable(QStringLiteral("%1: chart %2 graph %3 holds %4 points, a refill %5")
+                                     .arg(QLatin1String(when), a[p].first).arg(g).arg(x.size()).arg(y.size())));
+            for (int i = 0; i < x.size(); ++i) {
+                const QCPGraphData &u = *x.at(i), &v = *y.at(i);
+                const bool same = (u.key == v.key || (std::isnan(u.key) && std::isnan(v.key))) &&
+                                  (u.value == v.value || (std::isnan(u.value) && std::isnan(v.value)));
+                if (!same)
+                    QFAIL(qPrintable(QStringLiteral("%1: chart %2 graph %3 point %4 is (%5, %6), a refill's (%7, %8)")
+                                         .arg(QLatin1String(when), a[p].first).arg(g).arg(i)
+                                         .arg(u.key).arg(u.value).arg(v.key).arg(v.value)));
+            }
+        }
+    }
+}
+
+// A few steps of `workers` workers from step `first` on: spans, a wait whose step point a later
+// call adds to (its span ends late), and every counter the charts draw.
+std::vector<Record> steps(int workers, bool async, std::uint32_t first, std::uint32_t count)
+{
+    std::vector<Record> r;
+    for (std::uint32_t s = first; s < first + count; ++s)
+        for (int w = 0; w < workers; ++w) {
+            const std::int64_t t = 1'000'000 * std::int64_t(s) + 1000 * w;
+            r.push_back(Record::span(w, Phase::Forward, Lane::Compute, s, t, t + 300));
+            r.push_back(Record::span(w, Phase::Wait, Lane::Compute, s, t + 300, t + 500 + 37 * ((s + w) % 5)));
+            if (s > 0) // the previous step's late wait
+                r.push_back(Record::span(w, Phase::Wait, Lane::Compute, s - 1, t - 900, t - 800));
+            r.push_back(Record::counterSample(w, CounterId::Loss, s, t + 600, 2.0 / (1 + s) + 0.01 * ((s * 7 + w) % 11)));
+            r.push_back(Record::counterSample(w, CounterId::ActivationBytes, s, t + 610, 4096.0 + (s % 3) * 1024));
+            r.push_back(Record::counterSample(w, CounterId::BnDivergence, s, t + 620, 0.001 * ((s + w) % 13)));
+            if (async) {
+                r.push_back(Record::counterSample(w, CounterId::Version, s, t + 630, double(s * workers + w + 1)));
+                r.push_back(Record::counterSample(w, CounterId::Staleness, s, t + 640, double((s + w) % 4)));
+            }
+        }
+    return r;
+}
+
+} // namespace
+
+// The live charts give each graph only the points that are new since the last refresh; after
+// several refreshes, a long counter's thinning, a chart cleared and a run replaced, every graph
+// holds what refilling it from the run gives.
+void TestCharts::incrementalEqualsRefill_data()
+{
+    QTest::addColumn<QString>("mode");
+    QTest::addColumn<int>("axis"); // step, run time, samples
+    QTest::addColumn<int>("smoothing");
+    QTest::addColumn<bool>("thinned");
+    QTest::newRow("sync by step") << QStringLiteral("sync") << 0 << 1 << false;
+    QTest::newRow("sync by time, smoothed") << QStringLiteral("sync") << 1 << 7 << false;
+    QTest::newRow("sync by samples, smoothed") << QStringLiteral("sync") << 2 << 3 << false;
+    QTest::newRow("async by version") << QStringLiteral("async") << 0 << 1 << false;
+    QTest::newRow("async by time, smoothed") << QStringLiteral("async") << 1 << 4 << false;
+    QTest::newRow("sync thinned, smoothed") << QStringLiteral("sync") << 0 << 5 << true;
+}
+
+void TestCharts::incrementalEqualsRefill()
+{
+    QFETCH(QString, mode);
+    QFETCH(int, axis);
+    QFETCH(int, smoothing);
+    QFETCH(bool, thinned);
+    RunConfig c;
+    c.mode = mode.toStdString();
+    c.workers = 3;
+    c.batchnorm = "local";
+    const bool async = c.async();
+    auto run = std::make_shared<RunData>(c, QStringLiteral("live"));
+    ChartsWidget live;
+    live.setRuns(run, {});
+    live.setLossAgainstTime(axis == 1);
+    if (axis == 2)
+        live.findChild<QComboBox *>()->setCurrentIndex(2);
+    live.setSmoothing(smoothing);
+    auto refilled = [&](const RunDataPtr &r) {
+        auto charts = std::make_unique<ChartsWidget>();
+        charts->setRuns(r, {});
+        charts->setLossAgainstTime(axis == 1);
+        if (axis == 2)
+            charts->findChild<QComboBox *>()->setCurrentIndex(2);
+        charts->setSmoothing(smoothing);
+        charts->refresh();
+        return charts;
+    };
+    std::uint32_t step = 0;
+    for (const std::uint32_t count : {1u, 2u, 5u, 40u, 3u}) {
+        run->append(steps(c.workers, async, step, count));
+        step += count;
+        live.refresh();
+        compareCharts(live, *refilled(run), "after a refresh");
+    }
+    if (thinned) {
+        // Worker 0's loss past TraceModel::kMaxCounterPoints: its points merge in pairs, and
+        // then the newest gathers two samples before the next one starts.
+        std::vector<Record> many;
+        for (std::size_t i = 0; i < TraceModel::kMaxCounterPoints; ++i, ++step)
+            many.push_back(Record::counterSample(0, CounterId::Loss, step, 1'000'000 * std::int64_t(step), 1.0 + double(i % 17)));
+        run->append(many);
+        live.refresh();
+        compareCharts(live, *refilled(run), "after thinning");
+        for (int k = 0; k < 3; ++k) {
+            run->append({Record::counterSample(0, CounterId::Loss, step, 1'000'000 * std::int64_t(step), 0.5 * k)});
+            ++step;
+            live.refresh();
+            compareCharts(live, *refilled(run), "after a merged sample");
+        }
+    }
+    // A chart cleared (its graphs keep their slots, empty).
+    live.lossPlot()->graph(0)->data()->clear();
+    live.stallPlot()->graph(1)->data()->clear();
+    run->append(steps(c.workers, async, step, 2));
+    step += 2;
+    live.refresh();
+    compareCharts(live, *refilled(run), "after a chart was cleared");
+    // Another run in its place, which then grows too.
+    auto other = std::make_shared<RunData>(c, QStringLiteral("other"));
+    other->append(steps(c.workers, async, 0, 4));
+    live.setRuns(other, {});
+    compareCharts(live, *refilled(other), "after the run was replaced");
+    other->append(steps(c.workers, async, 4, 6));
+    live.refresh();
+    compareCharts(live, *refilled(other), "after the new run grew");
 }
 
 QTEST_MAIN(TestCharts)

@@ -1,5 +1,6 @@
 #include "charts.h"
 
+#include "chartfeed.h"
 #include "phasestyle.h"
 
 #include <QCheckBox>
@@ -28,19 +29,15 @@ QCPTextElement *titleOf(QCustomPlot *plot)
                : nullptr;
 }
 
-// Trailing mean over `window` points (1 = none).
+// Trailing mean over `window` points (1 = none), as TrailingMean gives it point by point.
 QVector<double> smooth(const QVector<double> &v, int window)
 {
     if (window <= 1)
         return v;
+    TrailingMean mean([&](std::size_t i) { return v[int(i)]; }, window);
     QVector<double> out(v.size());
-    double sum = 0;
-    for (int i = 0; i < v.size(); ++i) {
-        sum += v[i];
-        if (i >= window)
-            sum -= v[i - window];
-        out[i] = sum / std::min(i + 1, window);
-    }
+    for (int i = 0; i < v.size(); ++i)
+        out[i] = mean.at(std::size_t(i));
     return out;
 }
 
@@ -499,29 +496,40 @@ void ChartsWidget::fillLoss()
             highest->setChannelFillGraph(lowest);
         }
         for (int w = 0; w < run.workers(); ++w) {
+            QCPGraph *g = graph(tr("worker %1").arg(w), seriesColor(w), kWorkerLine, seriesStyle(w));
+            const auto &losses = run.counter(CounterId::Loss, w);
+            if (!async) { // a point per loss sample: only the new ones are given
+                TrailingMean mean([&](std::size_t i) { return losses[i].value; }, window);
+                feedGraph(g, losses.size(), 1, [&](std::size_t i) {
+                    const CounterPoint &pt = losses[i];
+                    const double key = time ? pt.tNs / 1e6 : samples ? (double(pt.step) + 1) * perKey : double(pt.step);
+                    return QCPGraphData(key, mean.at(i)); // after step s, s + 1 steps are done
+                });
+                continue;
+            }
             QVector<double> x, y;
             std::vector<double> versionOf;
-            if (async)
+            if (!time)
                 for (const auto &v : run.counter(CounterId::Version, w)) {
                     if (versionOf.size() <= v.step)
                         versionOf.resize(v.step + 1, -1.0);
                     versionOf[v.step] = v.value;
                 }
-            for (const auto &pt : run.counter(CounterId::Loss, w)) {
+            for (const auto &pt : losses) {
                 double key = time ? pt.tNs / 1e6 : double(pt.step);
-                if (async && !time) {
+                if (!time) {
                     if (pt.step >= versionOf.size() || versionOf[pt.step] < 0)
                         continue; // not applied (yet, or ever: the run ended first)
                     key = versionOf[pt.step];
                 }
                 if (samples)
-                    key = (async ? key : key + 1) * perKey; // after step s, s + 1 steps are done
+                    key *= perKey;
                 x.push_back(key);
                 y.push_back(pt.value);
                 if (lowest)
                     spread.emplace_back(key, pt.value);
             }
-            graph(tr("worker %1").arg(w), seriesColor(w), kWorkerLine, seriesStyle(w))->setData(x, smooth(y, window), true);
+            feedGraph(g, x, smooth(y, window));
         }
         if (lowest) {
             QVector<double> bx, lo, hi;
@@ -549,9 +557,8 @@ void ChartsWidget::fillLoss()
         if (samples) // a worker's own step: N batches a step in sync, one in async
             for (double &s : steps)
                 s = (s + 1) * double(run.config().batch) * double(run.workers());
-        graph(tr("%1: %2 (mean)").arg(run.label(), modeLabel(run)), runColor(int(i)), 2.2,
-              runStyle(int(i)))
-            ->setData(time ? t : steps, smooth(v, window), true);
+        feedGraph(graph(tr("%1: %2 (mean)").arg(run.label(), modeLabel(run)), runColor(int(i)), 2.2, runStyle(int(i))),
+                  time ? t : steps, smooth(v, window));
     }
     p->rescaleAxes();
 }
@@ -597,15 +604,13 @@ void ChartsWidget::fillStalls()
         p->yAxis2->setLabel(tr("cumulative share lost (%)"));
     }
     // A point stands for stepsPerPoint steps once a long run has been thinned (its mean).
+    // A step point takes its stalls as their spans end: the last few may still change.
     for (int w = 0; w < run.workers(); ++w) {
         const auto &steps = run.steps(w);
         const double stride = run.stepsPerPoint(w);
-        QVector<double> x(int(steps.size())), y(int(steps.size()));
-        for (std::size_t s = 0; s < steps.size(); ++s) {
-            x[int(s)] = double(run.firstStep()) + double(s) * stride;
-            y[int(s)] = steps[s].waitMs;
-        }
-        p->graph(w)->setData(x, y, true);
+        feedGraph(p->graph(w), steps.size(), 16, [&](std::size_t s) {
+            return QCPGraphData(double(run.firstStep()) + double(s) * stride, steps[s].waitMs);
+        });
     }
     // Per step point, the stall spent waiting for the OS, mean over workers.
     std::vector<const std::vector<StepPoint> *> series;
@@ -649,9 +654,9 @@ void ChartsWidget::fillStalls()
             osy.push_back(std::min(100.0, 100.0 * lostToOs / elapsed));
         }
     }
-    p->graph(run.workers())->setData(sx, sy, true);
-    p->graph(run.workers() + 1)->setData(ox, oy, true);
-    p->graph(run.workers() + 2)->setData(sx, osy, true);
+    feedGraph(p->graph(run.workers()), sx, sy);
+    feedGraph(p->graph(run.workers() + 1), ox, oy);
+    feedGraph(p->graph(run.workers() + 2), sx, osy);
     // Async waits are for the bound or the server, not a barrier: no slowest worker to blame.
     // A profiler trace says nothing of the OS, and has no step ends to share time by.
     for (int g : {run.workers() + 1, run.workers() + 2}) {
@@ -715,7 +720,7 @@ void ChartsWidget::fillCompareStalls(int firstGraph)
         graph->setName(tr("%1: %2 mean (%3% of time lost)")
                            .arg(run.label(), modeLabel(run))
                            .arg(elapsed > 0 ? 100.0 * waited / elapsed : 0.0, 0, 'f', 1));
-        graph->setData(x, y, true);
+        feedGraph(graph, x, y);
     }
 }
 
@@ -824,12 +829,9 @@ void ChartsWidget::fillStaleness()
             ++bar;
         }
         for (int w = 0; w < cur->workers(); ++w) {
-            QVector<double> x, y;
-            for (const auto &pt : cur->counter(CounterId::Staleness, w)) {
-                x.push_back(pt.tNs / 1e6);
-                y.push_back(pt.value);
-            }
-            p->graph(w)->setData(x, y, true);
+            const auto &points = cur->counter(CounterId::Staleness, w);
+            feedGraph(p->graph(w), points.size(), 1,
+                      [&](std::size_t i) { return QCPGraphData(points[i].tNs / 1e6, points[i].value); });
         }
     }
     for (std::size_t i = 0; i < m_compare.size(); ++i) {
@@ -934,12 +936,9 @@ void ChartsWidget::fillMemory()
     if (m_current) {
         const RunData &run = *m_current;
         for (int w = 0; w < run.workers(); ++w) {
-            QVector<double> x, y;
-            for (const auto &pt : run.counter(CounterId::ActivationBytes, w)) {
-                x.push_back(double(pt.step));
-                y.push_back(pt.value / 1024.0);
-            }
-            graph(tr("worker %1 (%2)").arg(w).arg(modeLabel(run)), seriesColor(w), kWorkerLine)->setData(x, y, true);
+            const auto &points = run.counter(CounterId::ActivationBytes, w);
+            feedGraph(graph(tr("worker %1 (%2)").arg(w).arg(modeLabel(run)), seriesColor(w), kWorkerLine), points.size(), 1,
+                      [&](std::size_t i) { return QCPGraphData(double(points[i].step), points[i].value / 1024.0); });
         }
     }
     for (std::size_t i = 0; i < m_compare.size(); ++i) {
@@ -950,7 +949,7 @@ void ChartsWidget::fillMemory()
             x /= 1024.0;
         QCPGraph *g = graph(tr("%1: %2").arg(run.label(), modeLabel(run)), runColor(int(i)), 2.5);
         g->setPen(QPen(runColor(int(i)), 2.5 * m_scale, runStyle(int(i))));
-        g->setData(steps, v, true);
+        feedGraph(g, steps, v);
     }
     // For a checkpointed run, what the same model holds without checkpointing: the z and a of
     // every hidden layer and the logits (the arithmetic the plain model's counter measures).
@@ -979,14 +978,10 @@ void ChartsWidget::fillBatchNorm()
     if (m_current && bn(*m_current)) {
         const RunData &run = *m_current;
         for (int w = 0; w < run.workers(); ++w) {
-            QVector<double> x, y;
-            for (const auto &pt : run.counter(CounterId::BnDivergence, w)) {
-                x.push_back(double(pt.step));
-                y.push_back(pt.value);
-            }
-            graph(tr("worker %1 (%2, %3 batch norm)").arg(w).arg(modeLabel(run), QString::fromStdString(run.config().batchnorm)),
-                  seriesColor(w), kWorkerLine)
-                ->setData(x, y, true);
+            const auto &points = run.counter(CounterId::BnDivergence, w);
+            feedGraph(graph(tr("worker %1 (%2, %3 batch norm)").arg(w).arg(modeLabel(run), QString::fromStdString(run.config().batchnorm)),
+                            seriesColor(w), kWorkerLine),
+                      points.size(), 1, [&](std::size_t i) { return QCPGraphData(double(points[i].step), points[i].value); });
         }
     }
     for (std::size_t i = 0; i < m_compare.size(); ++i) {
@@ -998,7 +993,7 @@ void ChartsWidget::fillBatchNorm()
         QCPGraph *g = graph(tr("%1: %2 batch norm").arg(run.label(), QString::fromStdString(run.config().batchnorm)),
                             runColor(int(i)), 2.5);
         g->setPen(QPen(runColor(int(i)), 2.5 * m_scale, runStyle(int(i))));
-        g->setData(steps, v, true);
+        feedGraph(g, steps, v);
     }
     p->rescaleAxes();
     // Sync batch norm's divergence is exactly 0: a flat line on the axis, with room above it.
