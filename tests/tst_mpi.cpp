@@ -1,5 +1,6 @@
 // Workers as Open MPI ranks: mpirun -np 4 (oversubscribed, as root where need be) against the
 // same run as four threads of one process, in sync and in async mode.
+#include "gpubackend.h"
 #include "runstore.h"
 #include "safetensors.h"
 #include "tracemodel.h"
@@ -31,6 +32,8 @@ private slots:
     void ranksEqualThreadsBitForBit();
     void mpiAllreduceWithinTolerance();
     void oneHostClocksAgree();
+    void ncclOnTheCpuIsRefused();
+    void ncclOverRanksMatchesOrdered();
     void twoHostsOverTcpEqualThreads();
     void setupErrorNamesTheRank();
     void asyncRanksFollowTheScriptLikeThreads_data();
@@ -209,7 +212,62 @@ void TestMpi::oneHostClocksAgree()
                      qPrintable(QStringLiteral("rank %1: offset %2 ns, uncertainty %3 ns")
                                     .arg(r["rank"].get<int>()).arg(offset).arg(within)));
         }
+        if (r["rank"].get<int>() == 0)
+            continue;
+        // The model the spans were sent with (the start's offset, and a drift where one was
+        // measured beyond its noise) lands within the measurements' uncertainty of the end's.
+        QVERIFY(r["clock_measurements"].get<int>() >= 2);
+        const auto residual = r["clock_residual_end_ns"].get<std::int64_t>();
+        const auto within = r["clock_uncertainty_ns"].get<std::int64_t>() + r["clock_uncertainty_end_ns"].get<std::int64_t>();
+        QVERIFY2(residual <= within + 200'000,
+                 qPrintable(QStringLiteral("rank %1: residual %2 ns, drift %3 ppm, uncertainty %4 ns")
+                                .arg(r["rank"].get<int>()).arg(residual).arg(r["clock_drift_ppm"].get<double>())
+                                .arg(within)));
     }
+}
+
+void TestMpi::ncclOnTheCpuIsRefused()
+{
+    // NCCL asked for where a worker has no GPU: every rank says so, naming the key and the
+    // worker, before anything runs (the question is asked once every rank is ready).
+    QString out;
+    const QString dir = m_tmp.filePath(QStringLiteral("nccl-cpu"));
+    QVERIFY(run(2, dir, {QStringLiteral("device=cpu"), QStringLiteral("sync.allreduce=nccl")}, &out) != 0);
+    QVERIFY2(out.contains(QStringLiteral("sync.allreduce = nccl cannot be had")), qPrintable(out));
+    QVERIFY2(out.contains(QStringLiteral("worker 0 is on cpu, not a GPU")), qPrintable(out));
+    QVERIFY(!QFile::exists(dir + QStringLiteral("/summary.json")));
+}
+
+void TestMpi::ncclOverRanksMatchesOrdered()
+{
+    // With GPUs: each rank's worker on a GPU of its own, NCCL's communicator bootstrapped over
+    // MPI (rank 0's id broadcast). auto picks it; the parameters equal the ordered exchange's
+    // (which stages through the host) to rounding.
+    std::string why;
+    GpuBackend *backend = gpuBackend(&why);
+    if (!backend)
+        QSKIP(qPrintable(QStringLiteral("no CUDA backend: ") + QString::fromStdString(why)));
+    const auto gpus = backend->devices();
+    if (gpus.empty())
+        QSKIP(qPrintable(QStringLiteral("no GPU: ") + QString::fromStdString(backend->noDeviceReason())));
+    if (const std::string n = backend->ncclUnavailable(); !n.empty())
+        QSKIP(n.c_str());
+    const int ranks = std::min(int(gpus.size()), 2);
+    const QStringList gpu = {QStringLiteral("device=cuda"), QStringLiteral("train.steps=4")};
+    const QString nccl = m_tmp.filePath(QStringLiteral("nccl")), ordered = m_tmp.filePath(QStringLiteral("nccl-ordered"));
+    QCOMPARE(run(ranks, nccl, gpu), 0);
+    QCOMPARE(run(ranks, ordered, gpu + QStringList{QStringLiteral("sync.allreduce=ordered")}), 0);
+    QCOMPARE(summary(nccl)["reduce"]["algorithm"].get<std::string>().rfind("nccl", 0), std::size_t(0));
+    const auto a = params(nccl), b = params(ordered);
+    QCOMPARE(a.size(), b.size());
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff += double(a[i] - b[i]) * double(a[i] - b[i]);
+        norm += double(a[i]) * double(a[i]);
+    }
+    const double rel = std::sqrt(diff / norm);
+    qInfo("NCCL over %d rank(s) vs ordered: relative difference %.3g", ranks, rel);
+    QVERIFY2(rel < 1e-5, qPrintable(QString::number(rel)));
 }
 
 void TestMpi::setupErrorNamesTheRank()

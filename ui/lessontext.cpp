@@ -354,8 +354,8 @@ QString boundedStalenessFigures(const LessonRun &run, const LessonRun *unbounded
     if (meanS && maxS) {
         QString t = QObject::tr("<b>Mean staleness %1, max %2</b>").arg(fixed(*meanS, 1)).arg(qint64(*maxS));
         if (c.maxStaleness >= 0) {
-            const qint64 bound = qint64(c.maxStaleness + 1) * (c.workers - 1);
-            const QString formula = QObject::tr("(s+1)(N-1) = (%1+1)(%2-1) = %3").arg(c.maxStaleness).arg(c.workers).arg(bound);
+            const qint64 bound = qint64(2 * c.maxStaleness + 1) * (c.workers - 1);
+            const QString formula = QObject::tr("(2s+1)(N-1) = (2\u00d7%1+1)(%2-1) = %3").arg(c.maxStaleness).arg(c.workers).arg(bound);
             t += *maxS <= double(bound)
                      ? QObject::tr(", within the bound %1.").arg(formula)
                      : QObject::tr(": <b>over the bound %1</b>. The bound did not hold; that is a bug worth reporting.").arg(formula);
@@ -691,7 +691,9 @@ const std::vector<LessonStep> &lessonSteps()
         s.push_back({QStringLiteral("bounded-staleness"), QObject::tr("Staleness bound"), QObject::tr("A staleness bound"),
                      QObject::tr("Async again, every worker's steps jittered at random, under a bound s: no worker "
                                  "starts a step more than s steps ahead of the slowest. On the <b>Staleness</b> chart "
-                                 "no update should cross the line at (s+1)(N-1). The waits come back, but only when "
+                                 "no update should cross the line at (2s+1)(N-1): a worker that starts a step finds "
+                                 "every other at most s steps behind, and while it computes they may run up to s+1 "
+                                 "steps ahead of it, 2s+1 updates each. The waits come back, but only when "
                                  "a worker gets too far ahead."),
                      QObject::tr("Run without the bound"), QStringLiteral("bounded-staleness unbounded"), json{{"async.max_staleness", -1}}});
         s.push_back({QStringLiteral("checkpointing"), QObject::tr("Checkpointing"), QObject::tr("Checkpointing: memory against recompute"),

@@ -148,8 +148,9 @@ QString metricHelp(const QString &metric)
          QStringLiteral("Staleness of an async update: how many updates the server applied "
                         "between the worker pulling the parameters and pushing its gradient. "
                         "0 is what sync training always has. A staleness bound s limits how far a "
-                        "worker runs ahead of the slowest, so an update can be up to (s + 1)(N - 1) "
-                        "versions old (the dashed line).")},
+                        "worker runs ahead of the slowest, so an update can be up to (2s + 1)(N - 1) "
+                        "versions old (the dashed line): while a worker computes one step, each other "
+                        "worker may go from s steps behind it to s + 1 ahead.")},
         {QStringLiteral("memory"),
          QStringLiteral("Peak activation bytes a worker's model held during each step: the "
                         "buffers really held, so checkpointing's saving is measured.")},

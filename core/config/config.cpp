@@ -383,7 +383,8 @@ const std::vector<ConfigKey> &configKeys()
         {"async.max_staleness", KeyType::Int, "-1", -1, 1e6, {},
          "Stale-synchronous bound s: no worker starts a step more than s steps ahead of the "
          "slowest; -1 = unbounded, 0 = every worker waits for all others. It bounds running "
-         "ahead, not staleness: with N workers an update can be up to (s + 1)(N - 1) versions old."},
+         "ahead, not staleness: with N workers an update can be up to (2s + 1)(N - 1) versions old "
+         "(while a worker computes a step, each other one may go from s steps behind it to s + 1 ahead)."},
         {"async.staleness_lr", KeyType::Bool, "false", -kInf, kInf, {},
          "Scale each update's learning rate by 1 / max(1, staleness)."},
         {"workers_slowdown", KeyType::NumberArray, "[]", 1, 1000, {},
@@ -392,7 +393,7 @@ const std::vector<ConfigKey> &configKeys()
         {"jitter", KeyType::Number, "0", 0, 100, {},
          "Random extra delay per step, as a fraction of the step's compute time (seeded)."},
         {"eval.every", KeyType::Int, "0", 0, 1e8, {},
-         "Evaluate on held-out data every N steps (0 = only at the end when eval.samples > 0). In sync mode every worker evaluates its share of the held-out samples; in async mode the worker whose push completes the Nth update evaluates the server's parameters."},
+         "Evaluate on held-out data every N steps (0 = only at the end when eval.samples > 0). In sync mode every worker evaluates its share of the held-out samples; in async mode the evaluator thread scores a snapshot of the server's parameters taken at every Nth update, while training goes on (a snapshot that waits while a newer one comes is skipped: summary.json's evals_skipped)."},
         {"eval.samples", KeyType::Int, "1000", 0, 1e7, {},
          "Held-out samples per evaluation (0 = no evaluation)."},
         {"eval.images", KeyType::String, "\"\"", -kInf, kInf, {},
