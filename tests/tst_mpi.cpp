@@ -12,6 +12,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <QDeadlineTimer>
 #include <QDir>
 
 #include <csignal>
@@ -53,6 +54,11 @@ private:
             const QStringList &extra = {});
     static std::vector<float> params(const QString &dir);
     static json summary(const QString &dir);
+    // Starts mpirun and returns once rank 0 said the run is under way (its handlers in place)
+    // and has written some steps (within a minute), with what it printed until then.
+    QByteArray startTraining(QProcess &p, int ranks, const QString &dir, const QStringList &sets);
+    // |a - b| / |a|, Euclidean.
+    static double relativeDifference(const std::vector<float> &a, const std::vector<float> &b);
 
     QTemporaryDir m_tmp;
     QString m_config;
@@ -109,6 +115,33 @@ int TestMpi::run(int ranks, const QString &dir, const QStringList &sets, QString
     if (p.exitCode() != 0)
         qWarning("%s", qPrintable(said));
     return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+}
+
+QByteArray TestMpi::startTraining(QProcess &p, int ranks, const QString &dir, const QStringList &sets)
+{
+    start(p, ranks, dir, sets);
+    QByteArray said;
+    if (!p.waitForStarted())
+        return said;
+    while (!said.contains("Ctrl-C stops") && p.state() == QProcess::Running) {
+        p.waitForReadyRead(1000);
+        said += p.readAll();
+    }
+    // Training is under way once rank 0 has written some steps.
+    const QDeadlineTimer deadline(60000);
+    while (said.contains("Ctrl-C stops") && QFile(dir + QStringLiteral("/metrics.csv")).size() <= 200 && !deadline.hasExpired())
+        QTest::qWait(50);
+    return said;
+}
+
+double TestMpi::relativeDifference(const std::vector<float> &a, const std::vector<float> &b)
+{
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff += double(a[i] - b[i]) * double(a[i] - b[i]);
+        norm += double(a[i]) * double(a[i]);
+    }
+    return std::sqrt(diff / norm);
 }
 
 std::vector<float> TestMpi::params(const QString &dir)
@@ -188,12 +221,7 @@ void TestMpi::mpiAllreduceWithinTolerance()
     QCOMPARE(summary(mpi)["reduce"]["algorithm"].get<std::string>(), std::string("MPI_Allreduce"));
     const auto a = params(ordered), b = params(mpi);
     QCOMPARE(a.size(), b.size());
-    double diff = 0, norm = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        diff += double(a[i] - b[i]) * double(a[i] - b[i]);
-        norm += double(a[i]) * double(a[i]);
-    }
-    const double rel = std::sqrt(diff / norm);
+    const double rel = relativeDifference(a, b);
     qInfo("MPI_Allreduce vs ordered: relative difference %.3g", rel);
     QVERIFY2(rel < 1e-6, qPrintable(QString::number(rel)));
 }
@@ -260,12 +288,7 @@ void TestMpi::ncclOverRanksMatchesOrdered()
     QCOMPARE(summary(nccl)["reduce"]["algorithm"].get<std::string>().rfind("nccl", 0), std::size_t(0));
     const auto a = params(nccl), b = params(ordered);
     QCOMPARE(a.size(), b.size());
-    double diff = 0, norm = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        diff += double(a[i] - b[i]) * double(a[i] - b[i]);
-        norm += double(a[i]) * double(a[i]);
-    }
-    const double rel = std::sqrt(diff / norm);
+    const double rel = relativeDifference(a, b);
     qInfo("NCCL over %d rank(s) vs ordered: relative difference %.3g", ranks, rel);
     QVERIFY2(rel < 1e-5, qPrintable(QString::number(rel)));
 }
@@ -455,15 +478,9 @@ void TestMpi::stopEndsTheRanks()
     QFETCH(QString, mode);
     const QString dir = m_tmp.filePath(QStringLiteral("stop-") + mode);
     QProcess p;
-    start(p, 3, dir, {QStringLiteral("train.steps=100000000"), QStringLiteral("mode=") + mode});
-    QVERIFY(p.waitForStarted());
-    QByteArray said;
-    while (!said.contains("Ctrl-C stops") && p.state() == QProcess::Running) {
-        p.waitForReadyRead(1000);
-        said += p.readAll();
-    }
+    QByteArray said = startTraining(p, 3, dir, {QStringLiteral("train.steps=100000000"), QStringLiteral("mode=") + mode});
     QVERIFY2(said.contains("Ctrl-C stops"), said.constData());
-    QTRY_VERIFY_WITH_TIMEOUT(QFile(dir + QStringLiteral("/metrics.csv")).size() > 200, 60000);
+    QVERIFY(QFile(dir + QStringLiteral("/metrics.csv")).size() > 200);
     p.terminate();
     const bool ended = p.waitForFinished(60000);
     if (!ended) {
@@ -532,17 +549,10 @@ void TestMpi::lostRankEndsTheRun()
     QFETCH(QStringList, sets);
     const QString dir = m_tmp.filePath(QStringLiteral("lost-%1-%2").arg(mode).arg(signal));
     QProcess p;
-    start(p, 3, dir, sets + QStringList{QStringLiteral("train.steps=100000000"), QStringLiteral("mpi.timeout_s=2"),
-                                        QStringLiteral("mode=") + mode});
-    QVERIFY(p.waitForStarted());
-    QByteArray said;
-    while (!said.contains("Ctrl-C stops") && p.state() == QProcess::Running) {
-        p.waitForReadyRead(1000);
-        said += p.readAll();
-    }
+    QByteArray said = startTraining(p, 3, dir, sets + QStringList{QStringLiteral("train.steps=100000000"), QStringLiteral("mpi.timeout_s=2"),
+                                                                    QStringLiteral("mode=") + mode});
     QVERIFY2(said.contains("Ctrl-C stops"), said.constData());
-    // Training is under way once rank 0 has written some steps.
-    QTRY_VERIFY_WITH_TIMEOUT(QFile(dir + QStringLiteral("/metrics.csv")).size() > 200, 60000);
+    QVERIFY(QFile(dir + QStringLiteral("/metrics.csv")).size() > 200);
     const qint64 pid = rankPid(p.processId(), 2);
     QVERIFY(pid > 0);
     QCOMPARE(::kill(pid_t(pid), signal), 0);

@@ -60,15 +60,6 @@ std::int64_t steadyNs()
         .count();
 }
 
-// As the other polls of this library: prompt while messages flow, cheap while nothing does.
-void backoff(int &spins)
-{
-    ++spins;
-    if (spins < 64)
-        std::this_thread::yield();
-    else
-        std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 20 : 200));
-}
 
 class MpiAsyncLink final : public AsyncLink {
 public:
@@ -279,7 +270,7 @@ void MpiAsyncLink::serve(ParameterServer &server)
         if (arrived || answered || leaving)
             spins = 0;
         else
-            backoff(spins);
+            MpiCommunicator::backoff(spins);
         if (leaving)
             std::this_thread::yield();
     }

@@ -38,16 +38,6 @@ std::int64_t steadyNs()
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
-// Polling with a growing pause: prompt while a transfer completes, cheap while a rank waits
-// for a straggler on an oversubscribed machine.
-void backoff(int &spins)
-{
-    ++spins;
-    if (spins < 64)
-        std::this_thread::yield();
-    else
-        std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 20 : 200));
-}
 
 // A message waiting on c, from anyone with any tag: its status and size in bytes.
 bool probe(MPI_Comm c, MPI_Status &st, int &bytes)
@@ -136,6 +126,15 @@ void MpiCommunicator::end(int exitCode)
     m_sends.clear();
     MPI_Finalize();
     std::exit(exitCode);
+}
+
+void MpiCommunicator::backoff(int &spins)
+{
+    ++spins;
+    if (spins < 64)
+        std::this_thread::yield();
+    else
+        std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 20 : 200));
 }
 
 bool MpiCommunicator::await(void *request)
@@ -634,10 +633,9 @@ class MpiSyncGroup final : public SyncGroup {
 public:
     MpiSyncGroup(MpiCommunicator &comm, MPI_Comm c, const std::vector<Device *> &devices,
                  const std::vector<float *> &grads, std::size_t count, int workers,
-                 bool allreduce, const Communicator &layout)
+                 bool allreduce, const Communicator &layout, const RunClock &clock)
         : m_comm(comm), m_c(c), m_devices(devices), m_grads(grads), m_count(count),
-          m_workers(workers), m_allreduce(allreduce), m_barrier(int(devices.size())),
-          m_arrivals(devices.size(), 0)
+          m_workers(workers), m_allreduce(allreduce), m_barrier(comm, c, int(devices.size()), &clock)
     {
         const int ranks = layout.ranks(), rank = layout.rank();
         const auto local = devices.size();
@@ -690,31 +688,15 @@ public:
 
     bool arrive(int local, std::int64_t arrivedNs, std::int64_t *releasedNs) override
     {
-        const bool first = (m_arrivals[std::size_t(local)]++ & 1) == 0;
-        if (!m_barrier.arriveAndWait(arrivedNs, releasedNs))
-            return false;
-        if (!first)
-            return m_ok;
-        // The run's barrier: the rank's first worker meets the other ranks.
-        if (local == 0) {
-            MPI_Request req;
-            MPI_Ibarrier(m_c, &req);
-            m_ok = m_comm.await(&req);
-            m_releasedNs = clockNow();
-        }
-        if (!m_barrier.arriveAndWait())
-            return false;
-        if (releasedNs)
-            *releasedNs = std::max(*releasedNs, m_releasedNs);
-        return m_ok;
+        return m_barrier.arrive(local, arrivedNs, releasedNs);
     }
 
     std::size_t reduce(int local) override
     {
         std::size_t moved = 0;
-        if (local == 0 && m_ok)
+        if (local == 0 && m_barrier.ok)
             moved = exchange();
-        m_barrier.arriveAndWait();
+        m_barrier.local.arriveAndWait();
         return moved;
     }
 
@@ -727,16 +709,9 @@ public:
         return m_out[l].data();
     }
 
-    void cancel() override
-    {
-        m_comm.cancel();
-        m_barrier.cancel();
-    }
-
-    void setClock(const RunClock *clock) { m_clock = clock; }
+    void cancel() override { m_barrier.cancel(); }
 
 private:
-    std::int64_t clockNow() const { return m_clock ? m_clock->now() : 0; }
 
     std::size_t exchange()
     {
@@ -748,7 +723,7 @@ private:
                 for (std::size_t i = 0; i < m_count; ++i)
                     m_mean[i] += m_host[l][i];
             MPI_Iallreduce(MPI_IN_PLACE, m_mean.data(), int(m_count), MPI_FLOAT, MPI_SUM, m_c, &req);
-            if (!(m_ok = m_comm.await(&req)))
+            if (!(m_barrier.ok = m_comm.await(&req)))
                 return 0;
             if (m_workers > 1) {
                 const float inv = 1.0f / float(m_workers);
@@ -767,7 +742,7 @@ private:
         MPI_Ialltoallv(m_send.data(), m_sendCounts.data(), m_sendDispls.data(), MPI_FLOAT,
                        m_recv.data(), m_recvCounts.data(), m_recvDispls.data(), MPI_FLOAT, m_c,
                        &req);
-        if (!(m_ok = m_comm.await(&req)))
+        if (!(m_barrier.ok = m_comm.await(&req)))
             return 0;
         // The same arithmetic as the shared-memory exchange: copy, add in worker order, scale.
         float *dst = m_mean.data() + m_myLo;
@@ -785,7 +760,7 @@ private:
         }
         MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, m_mean.data(), m_sliceCounts.data(),
                         m_sliceDispls.data(), MPI_FLOAT, m_c, &req);
-        if (!(m_ok = m_comm.await(&req)))
+        if (!(m_barrier.ok = m_comm.await(&req)))
             return 0;
         return (m_send.size() + m_recv.size() + 2 * m_count) * sizeof(float);
     }
@@ -797,11 +772,7 @@ private:
     std::size_t m_count;
     int m_workers;
     bool m_allreduce;
-    CancellableBarrier m_barrier;
-    std::vector<std::uint64_t> m_arrivals; // per local worker: even = the run's barrier
-    const RunClock *m_clock = nullptr;
-    bool m_ok = true;            // written by the leader between two local barriers
-    std::int64_t m_releasedNs = 0;
+    MpiRunBarrier m_barrier;
     std::vector<float *> m_host; // each local worker's gradients in host memory
     std::vector<std::vector<float>> m_staged;
     std::vector<DeviceBuffer> m_out;
@@ -889,10 +860,8 @@ std::unique_ptr<SyncGroup> MpiCommunicator::orderedGroup(const std::vector<Devic
     if (count > std::size_t(std::numeric_limits<int>::max()))
         throw CommError("the model's " + std::to_string(count) +
                         " parameters exceed what one MPI message counts (2^31 - 1)");
-    auto g = std::make_unique<MpiSyncGroup>(*this, m_comms->grads, devices, grads, count, workers,
-                                            allreduce, *this);
-    g->setClock(&clock);
-    return g;
+    return std::make_unique<MpiSyncGroup>(*this, m_comms->grads, devices, grads, count, workers,
+                                          allreduce, *this, clock);
 }
 
 std::unique_ptr<SyncGroup> MpiCommunicator::syncGroup(const std::vector<Device *> &devices,

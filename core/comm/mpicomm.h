@@ -75,6 +75,9 @@ public:
 
     // Polls req until it completes (true) or the run is cancelled or a rank lost (false).
     bool await(void *request);
+    // One pause of a polling loop, growing with spins: prompt while a transfer completes,
+    // cheap while a rank waits for a straggler on an oversubscribed machine.
+    static void backoff(int &spins);
     void cancel() override { m_cancelled = true; }
     bool cancelled() const { return m_cancelled.load(std::memory_order_relaxed); }
 

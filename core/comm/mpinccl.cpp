@@ -19,64 +19,63 @@ void copyInto(char *dst, std::size_t size, const std::string &s)
     std::memcpy(dst, s.data(), std::min(s.size(), size - 1));
 }
 
-// The run's barrier as the ordered group has it: the rank's workers meet at a local barrier,
-// the first of them meets the other ranks (MPI_Ibarrier, polled), and the others wait for it.
-// Then each worker all-reduces its own gradients with NCCL on its own stream.
+// The run's barrier between the ranks, then each worker all-reduces its own gradients with
+// NCCL on its own stream.
 class MpiNcclSyncGroup final : public SyncGroup {
 public:
     MpiNcclSyncGroup(MpiCommunicator &comm, MPI_Comm c, std::unique_ptr<GradientExchange> nccl,
                      int local, const RunClock &clock)
-        : m_comm(comm), m_c(c), m_nccl(std::move(nccl)), m_clock(clock), m_barrier(local),
-          m_arrivals(std::size_t(local), 0)
+        : m_nccl(std::move(nccl)), m_barrier(comm, c, local, &clock)
     {
     }
 
     std::string algorithm() const override { return "nccl (bootstrapped over MPI)"; }
-
     std::size_t prepare(int local) override { return m_nccl->prepare(local); }
-
     bool arrive(int local, std::int64_t arrivedNs, std::int64_t *releasedNs) override
     {
-        const bool first = (m_arrivals[std::size_t(local)]++ & 1) == 0;
-        if (!m_barrier.arriveAndWait(arrivedNs, releasedNs))
-            return false;
-        if (!first)
-            return m_ok;
-        if (local == 0) {
-            MPI_Request req;
-            MPI_Ibarrier(m_c, &req);
-            m_ok = m_comm.await(&req);
-            m_releasedNs = m_clock.now();
-        }
-        if (!m_barrier.arriveAndWait())
-            return false;
-        if (releasedNs)
-            *releasedNs = std::max(*releasedNs, m_releasedNs);
-        return m_ok;
+        return m_barrier.arrive(local, arrivedNs, releasedNs);
     }
-
-    std::size_t reduce(int local) override { return m_ok ? m_nccl->reduce(local) : 0; }
-
+    std::size_t reduce(int local) override { return m_barrier.ok ? m_nccl->reduce(local) : 0; }
     const float *finish(int local) override { return m_nccl->finish(local); }
-
-    void cancel() override
-    {
-        m_comm.cancel();
-        m_barrier.cancel();
-    }
+    void cancel() override { m_barrier.cancel(); }
 
 private:
-    MpiCommunicator &m_comm;
-    MPI_Comm m_c;
     std::unique_ptr<GradientExchange> m_nccl;
-    const RunClock &m_clock;
-    CancellableBarrier m_barrier;
-    std::vector<std::uint64_t> m_arrivals; // per local worker: even = the run's barrier
-    bool m_ok = true;                      // written by the leader between two local barriers
-    std::int64_t m_releasedNs = 0;
+    MpiRunBarrier m_barrier;
 };
 
 } // namespace
+
+MpiRunBarrier::MpiRunBarrier(MpiCommunicator &comm, MPI_Comm c, int local, const RunClock *clock)
+    : local(local), m_comm(comm), m_c(c), m_clock(clock), m_arrivals(std::size_t(local), 0)
+{
+}
+
+bool MpiRunBarrier::arrive(int l, std::int64_t arrivedNs, std::int64_t *releasedNs)
+{
+    const bool first = (m_arrivals[std::size_t(l)]++ & 1) == 0;
+    if (!local.arriveAndWait(arrivedNs, releasedNs))
+        return false;
+    if (!first)
+        return ok;
+    if (l == 0) {
+        MPI_Request req;
+        MPI_Ibarrier(m_c, &req);
+        ok = m_comm.await(&req);
+        m_releasedNs = m_clock ? m_clock->now() : 0;
+    }
+    if (!local.arriveAndWait())
+        return false;
+    if (releasedNs)
+        *releasedNs = std::max(*releasedNs, m_releasedNs);
+    return ok;
+}
+
+void MpiRunBarrier::cancel()
+{
+    m_comm.cancel();
+    local.cancel();
+}
 
 std::string mpiNcclVerdict(MpiCommunicator &comm, MPI_Comm c, const std::vector<Device *> &devices,
                            int workers, std::string *uniqueId)
