@@ -163,7 +163,7 @@ void compareCharts(const ChartsWidget &live, const ChartsWidget &refilled, const
 }
 
 // A few steps of `workers` workers from step `first` on: spans, a wait whose step point a later
-// call adds to (its span ends late), and every counter the charts draw.
+// call adds to (its span ends two steps late), and every counter the charts draw.
 std::vector<Record> steps(int workers, bool async, std::uint32_t first, std::uint32_t count)
 {
     std::vector<Record> r;
@@ -172,8 +172,8 @@ std::vector<Record> steps(int workers, bool async, std::uint32_t first, std::uin
             const std::int64_t t = 1'000'000 * std::int64_t(s) + 1000 * w;
             r.push_back(Record::span(w, Phase::Forward, Lane::Compute, s, t, t + 300));
             r.push_back(Record::span(w, Phase::Wait, Lane::Compute, s, t + 300, t + 500 + 37 * ((s + w) % 5)));
-            if (s > 0) // the previous step's late wait
-                r.push_back(Record::span(w, Phase::Wait, Lane::Compute, s - 1, t - 900, t - 800));
+            if (s > 1) // a late wait of the step before the previous one
+                r.push_back(Record::span(w, Phase::Wait, Lane::Compute, s - 2, t - 900, t - 800));
             r.push_back(Record::counterSample(w, CounterId::Loss, s, t + 600, 2.0 / (1 + s) + 0.01 * ((s * 7 + w) % 11)));
             r.push_back(Record::counterSample(w, CounterId::ActivationBytes, s, t + 610, 4096.0 + (s % 3) * 1024));
             r.push_back(Record::counterSample(w, CounterId::BnDivergence, s, t + 620, 0.001 * ((s + w) % 13)));
@@ -258,6 +258,7 @@ void TestCharts::incrementalEqualsRefill()
     // A chart cleared (its graphs keep their slots, empty).
     live.lossPlot()->graph(0)->data()->clear();
     live.stallPlot()->graph(1)->data()->clear();
+    live.stallPlot()->graph(c.workers)->data()->clear(); // a cumulative curve: its sums start again
     run->append(steps(c.workers, async, step, 2));
     step += 2;
     live.refresh();

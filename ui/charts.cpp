@@ -14,6 +14,7 @@
 #include <qcustomplot.h>
 
 #include <cmath>
+#include <limits>
 
 namespace syncopate {
 
@@ -403,6 +404,7 @@ void ChartsWidget::rebuild()
         plot->clearGraphs();
         plot->clearPlottables();
     }
+    m_stallTotals = {};
     refresh();
 }
 
@@ -614,17 +616,35 @@ void ChartsWidget::fillStalls()
     }
     // Per step point, the stall spent waiting for the OS, mean over workers.
     std::vector<const std::vector<StepPoint> *> series;
-    for (int w = 0; w < run.workers(); ++w)
+    std::vector<int> strides;
+    std::size_t points = 0, settled = std::numeric_limits<std::size_t>::max();
+    for (int w = 0; w < run.workers(); ++w) {
         series.push_back(&run.steps(w));
+        strides.push_back(run.stepsPerPoint(w));
+        points = std::max(points, run.steps(w).size());
+        settled = std::min(settled, run.steps(w).size());
+    }
+    // Points before every worker's last 16 no longer change: the sums up to there are kept, and
+    // the curves computed on from there (they are cumulative: every point depends on all before).
+    settled = settled > 16 ? settled - 16 : 0;
+    QCPGraph *shareGraph = p->graph(run.workers()), *osGraph = p->graph(run.workers() + 1),
+             *osShareGraph = p->graph(run.workers() + 2);
+    StallTotals &kept = m_stallTotals;
+    if (kept.run != &run || kept.strides != strides || kept.upTo > points ||
+        shareGraph->data()->size() < kept.shares || osShareGraph->data()->size() < kept.shares ||
+        osGraph->data()->size() < kept.osMeans)
+        kept = StallTotals{&run, strides, 0, 0, 0, 0, std::vector<double>(std::size_t(run.workers()), 0.0), 0, 0};
+    StallTotals t = kept;
     // Cumulative share of worker time lost to waiting, per step point, from step end times.
     QVector<double> sx, sy, ox, oy, osy;
-    double waited = 0, elapsed = 0, lostToOs = 0;
-    std::vector<double> lastEnd(std::size_t(run.workers()), 0.0);
-    std::size_t points = 0;
-    for (int w = 0; w < run.workers(); ++w)
-        points = std::max(points, run.steps(w).size());
     std::vector<double> offs;
-    for (std::size_t s = 0; s < points; ++s) {
+    for (std::size_t s = t.upTo; s < points; ++s) {
+        if (s == settled) {
+            kept = t;
+            kept.upTo = s;
+            kept.shares = t.shares + int(sx.size());
+            kept.osMeans = t.osMeans + int(ox.size());
+        }
         bool any = false;
         double osMs = 0;
         int counted = 0;
@@ -639,24 +659,31 @@ void ChartsWidget::fillStalls()
             if (steps[s].endNs < 0)
                 continue;
             any = true;
-            waited += steps[s].waitMs * run.stepsPerPoint(w);
-            lostToOs += off * run.stepsPerPoint(w);
-            elapsed += steps[s].endNs / 1e6 - lastEnd[std::size_t(w)];
-            lastEnd[std::size_t(w)] = steps[s].endNs / 1e6;
+            t.waited += steps[s].waitMs * run.stepsPerPoint(w);
+            t.lostToOs += off * run.stepsPerPoint(w);
+            t.elapsed += steps[s].endNs / 1e6 - t.lastEnd[std::size_t(w)];
+            t.lastEnd[std::size_t(w)] = steps[s].endNs / 1e6;
         }
         if (counted > 0) {
             ox.push_back(double(s) * run.stepsPerPoint(0));
             oy.push_back(osMs / counted);
         }
-        if (any && elapsed > 0) {
+        if (any && t.elapsed > 0) {
             sx.push_back(double(s) * run.stepsPerPoint(0));
-            sy.push_back(std::min(100.0, 100.0 * waited / elapsed));
-            osy.push_back(std::min(100.0, 100.0 * lostToOs / elapsed));
+            sy.push_back(std::min(100.0, 100.0 * t.waited / t.elapsed));
+            osy.push_back(std::min(100.0, 100.0 * t.lostToOs / t.elapsed));
         }
     }
-    feedGraph(p->graph(run.workers()), sx, sy);
-    feedGraph(p->graph(run.workers() + 1), ox, oy);
-    feedGraph(p->graph(run.workers() + 2), sx, osy);
+    // The graphs keep their points up to where this refresh started and take the rest.
+    auto give = [](QCPGraph *g, int keep, const QVector<double> &x, const QVector<double> &y) {
+        const QCPGraphDataContainer &data = *g->data();
+        feedGraph(g, std::size_t(keep + x.size()), std::size_t(data.size() - keep), [&](std::size_t i) {
+            return int(i) < keep ? *data.at(int(i)) : QCPGraphData(x[int(i) - keep], y[int(i) - keep]);
+        });
+    };
+    give(shareGraph, t.shares, sx, sy);
+    give(osGraph, t.osMeans, ox, oy);
+    give(osShareGraph, t.shares, sx, osy);
     // Async waits are for the bound or the server, not a barrier: no slowest worker to blame.
     // A profiler trace says nothing of the OS, and has no step ends to share time by.
     for (int g : {run.workers() + 1, run.workers() + 2}) {

@@ -75,6 +75,17 @@ private:
     QSpinBox *m_smoothing;
     QCheckBox *m_logLoss;
     QCheckBox *m_splitStaleness;
+    // The stall chart's cumulative curves up to the step point that no worker's later spans
+    // change: the sums there, and how many points each curve had by then.
+    struct StallTotals {
+        const RunData *run = nullptr;
+        std::vector<int> strides; // stepsPerPoint per worker: thinning starts the sums again
+        std::size_t upTo = 0;     // step points summed
+        double waited = 0, elapsed = 0, lostToOs = 0;
+        std::vector<double> lastEnd;
+        int shares = 0, osMeans = 0; // points of the share curves and of the OS mean
+    };
+    StallTotals m_stallTotals;
     double m_scale = 1.0;
     bool m_wantBatchNorm = false; // asked for before a run with batch norm was shown
 };
