@@ -897,8 +897,9 @@ void ChartsWidget::fillStaleness()
     }
 
     // The staleness bound s limits how far a worker runs ahead of the slowest (at most s
-    // steps), not staleness itself: an update can be (s + 1)(N - 1) versions old. Drawn on both
-    // sides so that the figures and the preset's text agree.
+    // steps), not staleness itself: while a worker computes one step, each other worker may go
+    // from s steps behind it to s + 1 ahead, so an update can be (2s + 1)(N - 1) versions old.
+    // Drawn on both sides so that the figures and the preset's text agree.
     for (int i = p->itemCount() - 1; i >= 0; --i)
         if (p->item(i)->objectName() == QLatin1String("bound"))
             p->removeItem(i);
@@ -919,7 +920,7 @@ void ChartsWidget::fillStaleness()
         return;
     const RunConfig &c = cur->config();
     if (c.async() && c.maxStaleness >= 0) {
-        const double bound = double(c.maxStaleness + 1) * double(c.workers - 1);
+        const double bound = double(2 * c.maxStaleness + 1) * double(c.workers - 1);
         const QPen pen(QColor(0xD5, 0x5E, 0x00), 1.5 * m_scale, Qt::DashLine);
         auto *v = new QCPItemStraightLine(p);
         v->setObjectName(QStringLiteral("bound"));
@@ -947,7 +948,7 @@ void ChartsWidget::fillStaleness()
         label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
         label->setColor(pen.color());
         label->setFont(p->xAxis->labelFont());
-        label->setText(tr("bound: (s + 1)(N - 1) = (%1 + 1)(%2 - 1) = %3").arg(c.maxStaleness).arg(c.workers).arg(bound));
+        label->setText(tr("bound: (2s + 1)(N - 1) = (2\u00d7%1 + 1)(%2 - 1) = %3").arg(c.maxStaleness).arg(c.workers).arg(bound));
         p->xAxis->setRange(-0.7, std::max(p->xAxis->range().upper, bound + 1));
         ty->setRange(-0.5, std::max(ty->range().upper, bound + 1));
     }
