@@ -49,6 +49,23 @@ bool probe(MPI_Comm c, MPI_Status &st, int &bytes)
     return flag != 0;
 }
 
+// NTP-style: this rank sent its time t1, rank 0 answered with its time t2, the answer arrived
+// at t3. Rank 0's clock = this clock + t2 - (t1 + t3) / 2, within half the round trip; the
+// exchange with the lowest round trip is kept.
+struct BestRoundTrip {
+    ClockOffset best{0, std::numeric_limits<std::int64_t>::max()};
+    std::int64_t mid = 0; // this rank's time in the middle of the best round trip
+    void take(std::int64_t t1, std::int64_t t2, std::int64_t t3)
+    {
+        const std::int64_t half = (t3 - t1) / 2;
+        if (half < best.uncertaintyNs) {
+            best = {t2 - (t1 + half), half};
+            mid = t1 + half;
+        }
+    }
+    bool any() const { return best.uncertaintyNs != std::numeric_limits<std::int64_t>::max(); }
+};
+
 } // namespace
 
 struct MpiCommunicator::Comms {
@@ -184,12 +201,9 @@ void MpiCommunicator::agreeReady(const std::string &localError)
     chooseSyncGroup();
 }
 
-// NTP-style: this rank sends its time t1, rank 0 answers with its time t2, the answer arrives
-// at t3. Rank 0's clock = this clock + t2 - (t1 + t3) / 2, within half the round trip; the
-// exchange with the lowest round trip of several is kept.
+// kPings round trips with rank 0, one rank after another (BestRoundTrip).
 ClockOffset MpiCommunicator::measureOffset(const RunClock &clock, std::int64_t *at, std::int64_t *mid)
 {
-    ClockOffset best{0, std::numeric_limits<std::int64_t>::max()};
     if (m_rank == 0) {
         for (int r = 1; r < m_ranks; ++r)
             for (int k = 0; k < kPings; ++k) {
@@ -202,22 +216,19 @@ ClockOffset MpiCommunicator::measureOffset(const RunClock &clock, std::int64_t *
             *at = clock.now();
         return {0, 0};
     }
+    BestRoundTrip trips;
     for (int k = 0; k < kPings; ++k) {
         const std::int64_t t1 = clock.now();
         std::int64_t t2 = 0;
         MPI_Send(&t1, 1, MPI_INT64_T, 0, TagPing, m_comms->clock);
         MPI_Recv(&t2, 1, MPI_INT64_T, 0, TagPong, m_comms->clock, MPI_STATUS_IGNORE);
-        const std::int64_t t3 = clock.now();
-        const std::int64_t half = (t3 - t1) / 2;
-        if (half < best.uncertaintyNs) {
-            best = {t2 - (t1 + half), half};
-            if (mid)
-                *mid = t1 + half;
-        }
+        trips.take(t1, t2, clock.now());
     }
     if (at)
         *at = clock.now();
-    return best;
+    if (mid)
+        *mid = trips.mid;
+    return trips.best;
 }
 
 // A rank other than 0, from its poll while the run goes: kPings round trips with rank 0's
@@ -225,8 +236,7 @@ ClockOffset MpiCommunicator::measureOffset(const RunClock &clock, std::int64_t *
 // next poll; the others find it answering. A burst rank 0 does not answer in time is dropped.
 void MpiCommunicator::syncClock()
 {
-    ClockOffset best{0, std::numeric_limits<std::int64_t>::max()};
-    std::int64_t bestMid = 0;
+    BestRoundTrip trips;
     for (int k = 0; k < kPings; ++k) {
         const std::int64_t t1 = m_clock->now();
         MPI_Request send;
@@ -259,16 +269,12 @@ void MpiCommunicator::syncClock()
         }
         if (!answered)
             break;
-        const std::int64_t half = (t3 - t1) / 2;
-        if (half < best.uncertaintyNs) {
-            best = {reply[1] - (t1 + half), half};
-            bestMid = t1 + half;
-        }
+        trips.take(t1, reply[1], t3);
     }
-    if (best.uncertaintyNs == std::numeric_limits<std::int64_t>::max())
+    if (!trips.any())
         return;
     std::lock_guard lock(m_modelMutex);
-    m_model.add(bestMid, best);
+    m_model.add(trips.mid, trips.best);
 }
 
 // Rank 0, from its poll: answers the bursts of syncClock, one rank's at a time, at once.
@@ -545,17 +551,17 @@ bool MpiCommunicator::finishRun(const RunClock &clock)
         MPI_Send(&abandoned, 1, MPI_INT, 0, TagDone, m_comms->records);
         std::int64_t mid = 0;
         m_endOffset = measureOffset(clock, &at, &mid);
+        ClockFit fit; // how far the model the spans were sent with was from the end's clock
         {
-            // How far the model the spans were sent with was from the clock at the end.
             std::lock_guard lock(m_modelMutex);
-            m_fit.driftPpm = m_model.driftPpm();
-            m_fit.measurements = m_model.measurements() + 1;
-            m_fit.residualNs = std::llabs(m_model.offsetAt(mid) - m_endOffset.offsetNs);
+            fit.driftPpm = m_model.driftPpm();
+            fit.measurements = m_model.measurements() + 1;
+            fit.residualNs = std::llabs(m_model.offsetAt(mid) - m_endOffset.offsetNs);
         }
         const std::int64_t offsets[kOffsetValues] = {
             m_offset.offsetNs, m_offset.uncertaintyNs, m_endOffset.offsetNs,
-            m_endOffset.uncertaintyNs, std::llround(m_fit.driftPpm * 1000.0), m_fit.residualNs,
-            m_fit.measurements};
+            m_endOffset.uncertaintyNs, std::llround(fit.driftPpm * 1000.0), fit.residualNs,
+            fit.measurements};
         MPI_Send(offsets, kOffsetValues, MPI_INT64_T, 0, TagOffsets, m_comms->clock);
         int fin = 0;
         MPI_Request req;

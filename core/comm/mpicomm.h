@@ -110,7 +110,6 @@ private:
     ClockModel m_model;
     std::chrono::steady_clock::time_point m_lastSync{};
     bool m_finishing = false; // finishRun began: the end's measurement is the last
-    ClockFit m_fit;           // this rank's, at the end
     std::vector<ClockFit> m_fits; // rank 0: everyone's
     void syncClock();
     void serveClock();
