@@ -215,33 +215,41 @@ void stepVersusGemms()
     }
 }
 
-// Sync, no straggler: 1, 2, 4, ... workers of one thread each, as far as the cores go.
+// Sync, no straggler: 1, 2, 4, ... workers of one thread each, as far as the cores go. A shared
+// machine's speed drifts between runs by more than the effect measured, so the counts run
+// interleaved, round after round, and each round's ratio to its own 1-worker run is a sample:
+// the median of those is the figure, their range beside it.
 void scaling()
 {
     const int cores = defaultThreadsPerWorker(1);
-    std::printf("scaling: sync, 784-256-256-10, batch 64 per worker, one thread per worker, %d cores\n", cores);
-    double base = 0;
-    for (int workers = 1; workers <= cores; workers *= 2) {
-        std::vector<double> rates;
-        for (int rep = 0; rep < 3; ++rep) {
+    constexpr int kRounds = 7;
+    std::printf("scaling: sync, 784-256-256-10, batch 64 per worker, one thread per worker, %d cores, "
+                "%d interleaved rounds of 1000 steps\n", cores, kRounds);
+    std::vector<int> counts;
+    for (int workers = 1; workers <= cores; workers *= 2)
+        counts.push_back(workers);
+    std::vector<std::vector<double>> rates(counts.size()), perCore(counts.size());
+    for (int round = 0; round < kRounds; ++round) {
+        for (std::size_t i = 0; i < counts.size(); ++i) {
             nlohmann::json c = {{"mode", "sync"},
-                                {"workers", workers},
+                                {"workers", counts[i]},
                                 {"device.threads_per_worker", 1},
                                 {"model", {{"layers", {784, 256, 256, 10}}}},
                                 {"data", {{"source", "blobs"}, {"samples", 16384}}},
-                                {"train", {{"steps", 400}, {"batch", 64}}},
+                                {"train", {{"steps", 1000}, {"batch", 64}}},
                                 {"eval", {{"samples", 0}}}};
             PreparedRun p = prepareRun(c);
             Engine e(p.config, p.train, p.eval);
             e.start();
             e.wait();
-            rates.push_back(e.summary()["samples_per_s"].get<double>());
+            rates[i].push_back(e.summary()["samples_per_s"].get<double>());
+            perCore[i].push_back(rates[i].back() / rates[0].back() / counts[i]);
         }
-        const double rate = median(rates);
-        if (workers == 1)
-            base = rate;
-        std::printf("  workers=%d samples_per_s=%.0f per_core=%.3f\n", workers, rate,
-                    rate / base / workers);
+    }
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+        const auto [lo, hi] = std::minmax_element(perCore[i].begin(), perCore[i].end());
+        std::printf("  workers=%d samples_per_s=%.0f per_core=%.3f (rounds %.3f-%.3f)\n", counts[i],
+                    median(rates[i]), median(perCore[i]), *lo, *hi);
     }
     std::printf("\n");
 }
