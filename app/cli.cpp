@@ -166,7 +166,7 @@ void printSummary(const RunConfig &config, const nlohmann::json &s, const std::s
         std::printf("note      the evaluator fell behind: %lld snapshot(s) skipped, replaced by newer ones while it "
                     "scored (eval.every smaller than one evaluation's worth of pushes)\n",
                     (long long)s["evals_skipped"].get<std::int64_t>());
-    if (s.contains("reduce")) {
+    if (s.contains("reduce") && s["reduce"].value("bytes_per_worker", 0.0) > 0) { // one worker: none
         const auto &r = s["reduce"];
         std::printf("reduce    %s: %.3f ms per step for %.2f MiB, algbw %.2f GB/s, busbw %.2f GB/s\n",
                     r.value("algorithm", "").c_str(), r.value("time_ms_mean", 0.0),

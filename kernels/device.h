@@ -130,6 +130,21 @@ public:
     // Reductions and vector ops.
     virtual void axpy(float alpha, const float *x, float *y, std::size_t n) = 0;
     virtual void scale(float alpha, float *x, std::size_t n) = 0;
+    // dst[i] = (src[0][i] + src[1][i] + ... + src[k-1][i]) / k, summed in that order (1/k not
+    // applied for k == 1): the same bits as copying src[0], adding each of the others with
+    // axpy(1) and scaling, which the default does in k + 1 passes; a device may do it in one.
+    // Defined here: Device has no key function, and the CUDA plugin, which links none of
+    // kernels/, needs its vtable and type info emitted where it is used.
+    virtual void mean(const float *const *src, std::size_t k, float *dst, std::size_t n)
+    {
+        if (k == 0 || n == 0)
+            return;
+        copy(dst, src[0], n);
+        for (std::size_t j = 1; j < k; ++j)
+            axpy(1.0f, src[j], dst, n);
+        if (k > 1)
+            scale(1.0f / float(k), dst, n);
+    }
     virtual double sumSquares(const float *x, std::size_t n) = 0;
     // False when any element is NaN or infinite.
     virtual bool allFinite(const float *x, std::size_t n) = 0;

@@ -14,14 +14,23 @@ std::size_t sliceBegin(std::size_t count, int rank, std::size_t ranks)
 }
 
 // Every replica is addressable from every worker: rank r averages slice r of all replicas,
-// summing in rank order, so the mean is the same bit for bit whatever the timing.
+// summing in rank order, so the mean is the same bit for bit whatever the timing. One worker's
+// gradients are their own mean: nothing is copied.
 class SharedMemoryExchange final : public GradientExchange {
 public:
     SharedMemoryExchange(std::vector<Device *> devices, std::vector<float *> grads,
                          std::size_t count)
-        : m_devices(std::move(devices)), m_grads(std::move(grads)), m_count(count),
-          m_mean(*m_devices.front(), count)
+        : m_devices(std::move(devices)), m_grads(std::move(grads)), m_count(count)
     {
+        const std::size_t ranks = m_devices.size();
+        if (ranks < 2)
+            return;
+        m_mean = DeviceBuffer(*m_devices.front(), count);
+        // Each rank's slice of every replica, found once rather than on every step.
+        m_slices.resize(ranks);
+        for (std::size_t r = 0; r < ranks; ++r)
+            for (float *g : m_grads)
+                m_slices[r].push_back(g + sliceBegin(m_count, int(r), ranks));
     }
 
     std::string algorithm() const override { return "shared memory"; }
@@ -29,28 +38,25 @@ public:
     std::size_t reduce(int rank) override
     {
         const std::size_t ranks = m_devices.size();
+        if (ranks < 2)
+            return 0;
         const std::size_t lo = sliceBegin(m_count, rank, ranks);
         const std::size_t hi = sliceBegin(m_count, rank + 1, ranks);
         Device &d = *m_devices[std::size_t(rank)];
-        if (hi > lo) {
-            float *dst = m_mean.data() + lo;
-            d.copy(dst, m_grads[0] + lo, hi - lo);
-            for (std::size_t k = 1; k < ranks; ++k)
-                d.axpy(1.0f, m_grads[k] + lo, dst, hi - lo);
-            if (ranks > 1)
-                d.scale(1.0f / float(ranks), dst, hi - lo);
-        }
+        if (hi > lo)
+            d.mean(m_slices[std::size_t(rank)].data(), ranks, m_mean.data() + lo, hi - lo);
         d.synchronize(); // the others read this slice after the barrier
         return (hi - lo) * sizeof(float) * ranks;
     }
 
-    const float *finish(int) override { return m_mean.data(); }
+    const float *finish(int) override { return m_devices.size() < 2 ? m_grads.front() : m_mean.data(); }
 
 private:
     std::vector<Device *> m_devices;
     std::vector<float *> m_grads;
     std::size_t m_count;
-    DeviceBuffer m_mean;
+    DeviceBuffer m_mean; // two or more ranks
+    std::vector<std::vector<const float *>> m_slices;
 };
 
 // Replicas in separate memory spaces without NCCL: each rank copies its gradients into

@@ -6,6 +6,7 @@
 #include <QTest>
 
 #include <barrier>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -17,6 +18,8 @@ private Q_SLOTS:
     void meanOfReplicas_data();
     void meanOfReplicas();
     void autoPicksSharedMemoryOnTheCpu();
+    void fusedMeanEqualsThePasses();
+    void oneRankIsItsOwnMean();
 };
 
 namespace {
@@ -96,6 +99,8 @@ void TestExchange::meanOfReplicas()
         owned.front()->fill(g.data(), 2.0f, n);
     for (const auto &v : exchange(*staged, ranks, n))
         QCOMPARE(v, std::vector<float>(n, 2.0f));
+    for (const auto &v : exchange(*shared, ranks, n))
+        QCOMPARE(v, std::vector<float>(n, 2.0f));
 }
 
 void TestExchange::autoPicksSharedMemoryOnTheCpu()
@@ -104,6 +109,41 @@ void TestExchange::autoPicksSharedMemoryOnTheCpu()
     DeviceBuffer ga(a, 8), gb(b, 8);
     auto ex = createGradientExchange({&a, &b}, {ga.data(), gb.data()}, 8);
     QCOMPARE(ex->algorithm(), std::string("shared memory"));
+}
+
+// The CPU's one-pass mean (blocks of dst summed and scaled while in L1, on several threads)
+// gives the bits of the passes it replaces: copy the first, axpy(1) each other, scale by 1/k.
+void TestExchange::fusedMeanEqualsThePasses()
+{
+    CpuDevice dev(2); // two threads: ranges split the work as they do with threads_per_worker 2
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (const std::size_t k : {1u, 2u, 3u, 5u, 16u})
+        for (const std::size_t n : {1u, 1023u, 1025u, 4099u, 300001u}) {
+            std::vector<std::vector<float>> src(k, std::vector<float>(n));
+            std::vector<const float *> ptrs;
+            for (auto &v : src) {
+                for (auto &x : v)
+                    x = normal(rng) * 1e3f;
+                ptrs.push_back(v.data());
+            }
+            std::vector<float> fused(n, -1.0f), passes(n, -2.0f);
+            dev.mean(ptrs.data(), k, fused.data(), n);
+            dev.Device::mean(ptrs.data(), k, passes.data(), n);
+            QVERIFY2(std::memcmp(fused.data(), passes.data(), n * sizeof(float)) == 0,
+                     qPrintable(QStringLiteral("k = %1, n = %2").arg(k).arg(n)));
+        }
+}
+
+// One worker's gradients are the mean: finish() gives its own buffer and nothing is moved.
+void TestExchange::oneRankIsItsOwnMean()
+{
+    CpuDevice a;
+    DeviceBuffer g(a, 16);
+    a.fill(g.data(), 3.0f, 16);
+    auto ex = createGradientExchange({&a}, {g.data()}, 16);
+    QCOMPARE(ex->reduce(0), std::size_t(0));
+    QCOMPARE(ex->finish(0), static_cast<const float *>(g.data()));
 }
 
 QTEST_GUILESS_MAIN(TestExchange)

@@ -449,7 +449,9 @@ nlohmann::json MetricsAccumulator::summary(const RunOutcome &outcome) const
         // busbw = algbw * 2(n-1)/n, with t the slowest worker's reduce time of each step.
         ModelSpec spec;
         spec.layers = config.layers;
-        const double bytes = double(spec.paramCount()) * sizeof(float);
+        // One worker's gradients are their own mean: nothing moves (and a bandwidth of the
+        // nothing it took would be nonsense).
+        const double bytes = config.workers > 1 ? double(spec.paramCount()) * sizeof(float) : 0.0;
         double totalNs = m_reduceNs;
         std::int64_t steps = m_reduceSteps;
         for (const auto &perStep : m_reducePending) {

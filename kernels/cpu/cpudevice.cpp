@@ -101,6 +101,30 @@ void scaleLoop(float alpha, float *x, std::size_t n)
         x[i] *= alpha;
 }
 
+// One pass over the sources for their mean: each block of dst is summed and scaled while it is
+// in L1, in the order of Device::mean (so the same bits), where copy + axpy + scale went over
+// the whole of dst three times.
+SYNCOPATE_VECTOR_CLONES
+void meanLoop(const float *const *src, std::size_t k, std::size_t from, float *__restrict dst, std::size_t n)
+{
+    constexpr std::size_t kBlock = 1024; // 4 KiB of dst
+    const float inv = 1.0f / float(k);
+    for (std::size_t b = 0; b < n; b += kBlock) {
+        const std::size_t e = std::min(n, b + kBlock);
+        const float *__restrict first = src[0] + from;
+        for (std::size_t i = b; i < e; ++i)
+            dst[i] = first[i];
+        for (std::size_t j = 1; j < k; ++j) {
+            const float *__restrict s = src[j] + from;
+            for (std::size_t i = b; i < e; ++i)
+                dst[i] += s[i];
+        }
+        if (k > 1)
+            for (std::size_t i = b; i < e; ++i)
+                dst[i] *= inv;
+    }
+}
+
 // dA stays where mask > 0, else 0 (relu's gradient, from z or from relu's own output).
 SYNCOPATE_VECTOR_CLONES
 void reluGradLoop(const float *__restrict mask, const float *dA, float *dZ, std::size_t n)
@@ -500,6 +524,15 @@ void CpuDevice::scale(float alpha, float *x, std::size_t n)
 {
     forRange(m_arena.get(), n, [=](std::size_t b, std::size_t e) {
         scaleLoop(alpha, x + b, e - b);
+    });
+}
+
+void CpuDevice::mean(const float *const *src, std::size_t k, float *dst, std::size_t n)
+{
+    if (k == 0 || n == 0)
+        return;
+    forRange(m_arena.get(), n, [=](std::size_t b, std::size_t e) {
+        meanLoop(src, k, b, dst + b, e - b);
     });
 }
 

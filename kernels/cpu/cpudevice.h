@@ -74,6 +74,7 @@ public:
                   float beta2, float eps, std::int64_t step, std::size_t n) override;
     void axpy(float alpha, const float *x, float *y, std::size_t n) override;
     void scale(float alpha, float *x, std::size_t n) override;
+    void mean(const float *const *src, std::size_t k, float *dst, std::size_t n) override;
     double sumSquares(const float *x, std::size_t n) override;
     bool allFinite(const float *x, std::size_t n) override;
 
