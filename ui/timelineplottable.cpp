@@ -130,6 +130,74 @@ void TimelinePlottable::draw(QCPPainter *painter)
     drawSlots(painter, area, mapping, area.left());
 }
 
+void TimelinePlottable::setBackdrop(const QColor &color)
+{
+    const QColor backdrop = color.isValid() && color.alpha() == 255 ? color : QColor();
+    if (backdrop != m_backdrop)
+        m_cache = {};
+    m_backdrop = backdrop;
+}
+
+bool TimelinePlottable::opaqueImage() const
+{
+    // drawGrid draws the key axis' main grid; with a sub-grid or a value-axis grid beneath,
+    // the image stays transparent.
+    return m_backdrop.isValid() && !mKeyAxis->grid()->subGridVisible() && !mValueAxis->grid()->visible();
+}
+
+bool TimelinePlottable::coversArea() const
+{
+    return m_caching && !m_runs.empty() && opaqueImage() && visible();
+}
+
+void TimelinePlottable::drawGrid(QCPPainter *painter) const
+{
+    // As QCPGrid::drawGridLines draws the key axis' grid (which lies beneath the opaque image):
+    // the zero line where the range spans 0, then a line at each tick, at the same pixels.
+    const QCPGrid *grid = mKeyAxis->grid();
+    if (!grid->visible() || !grid->realVisibility())
+        return;
+    const QRect r = mKeyAxis->axisRect()->rect();
+    auto antialias = [&](bool own, QCP::AntialiasedElement e) {
+        if (mParentPlot->notAntialiasedElements().testFlag(e))
+            own = false;
+        else if (mParentPlot->antialiasedElements().testFlag(e))
+            own = true;
+        painter->setAntialiasing(own);
+    };
+    auto line = [&](double coord) {
+        const double t = mKeyAxis->coordToPixel(coord);
+        painter->drawLine(QLineF(t, r.bottom(), t, r.top()));
+    };
+    const QVector<double> ticks = mKeyAxis->tickVector();
+    int zero = -1;
+    const QCPRange range = mKeyAxis->range();
+    if (grid->zeroLinePen().style() != Qt::NoPen && range.lower < 0 && range.upper > 0) {
+        antialias(grid->antialiasedZeroLine(), QCP::aeZeroLine);
+        painter->setPen(grid->zeroLinePen());
+        for (int i = 0; i < ticks.size(); ++i)
+            if (std::abs(ticks[i]) < range.size() * 1e-6) {
+                zero = i;
+                line(ticks[i]);
+                break;
+            }
+    }
+    antialias(grid->antialiased(), QCP::aeGrid);
+    painter->setPen(grid->pen());
+    for (int i = 0; i < ticks.size(); ++i)
+        if (i != zero)
+            line(ticks[i]);
+    painter->setAntialiasing(false);
+}
+
+double TimelinePlottable::tickStep() const
+{
+    // The ticks are multiples of a step that follows from the range's width alone: the same
+    // while the view slides, so the grid scrolled with the image stays where it belongs.
+    const QVector<double> ticks = mKeyAxis->tickVector();
+    return ticks.size() >= 2 ? ticks[1] - ticks[0] : 0.0;
+}
+
 void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping)
 {
     Cache &c = m_cache;
@@ -141,8 +209,13 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
         rows.push_back(r->rows().size());
     }
     const double nsPerPixel = mapping.nsPerPixel();
+    // With an opaque backdrop the image holds what lies beneath the marks too (the backdrop
+    // and the key axis' grid): it is copied onto the plot, not blended, and the paint buffer
+    // need not be filled beneath it (TimelineView::updateLayout).
+    const bool opaque = opaqueImage();
     bool reuse = !c.image.isNull() && c.area == area && c.dpr == dpr && c.values == mValueAxis->range() &&
-                 c.lineScale == m_lineScale && c.runs == runs && c.rows == rows &&
+                 c.lineScale == m_lineScale && c.runs == runs && c.rows == rows && c.opaque == opaque &&
+                 std::abs(c.tickStep - tickStep()) <= 1e-9 * std::abs(c.tickStep) &&
                  std::abs(c.nsPerPixel - nsPerPixel) <= 1e-9 * nsPerPixel;
     // Reused when the view slid right by whole device pixels (TimelineView::refresh snaps the
     // live window to them).
@@ -152,6 +225,8 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
             shiftPx < c.image.width();
     const double right = double(area.left() + area.width());
     double fromX = area.left();
+    long fromPx = 0;
+    const QRgb clear = opaque ? m_backdrop.rgba() : 0u;
     if (reuse) {
         // Redraw the time that came into view and whatever arrived since the last frame: spans
         // are recorded when they end, so one that started long ago may be new.
@@ -165,28 +240,42 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
         }
         fromX = std::max(fromX, double(area.left()));
         // Whole device pixels, so that the strip's edge meets the scrolled part exactly.
-        const long fromPx = std::clamp(long(std::floor((fromX - area.left()) * dpr)), 0L, long(c.image.width()));
+        fromPx = std::clamp(long(std::floor((fromX - area.left()) * dpr)), 0L, long(c.image.width()));
         fromX = area.left() + double(fromPx) / dpr;
-        const auto bpl = std::size_t(c.image.bytesPerLine());
-        for (int y = 0; y < c.image.height(); ++y) {
-            auto *line = reinterpret_cast<std::uint32_t *>(c.image.scanLine(y));
-            if (shiftPx > 0)
-                std::memmove(line, line + shiftPx, bpl - std::size_t(shiftPx) * 4);
-            std::fill(line + fromPx, line + c.image.width(), 0u);
-        }
+        // The image is a ring: sliding the view moves where its left edge is instead of moving
+        // every pixel (a memmove of the whole image each frame was a twentieth of the GUI
+        // thread's time). The columns from fromPx on are cleared for the strip.
+        const long width = c.image.width();
+        c.offset = (c.offset + shiftPx) % width;
+        for (const auto &[physical, columns] : ringPieces(c.offset, width, fromPx, width))
+            for (int y = 0; y < c.image.height(); ++y) {
+                auto *line = reinterpret_cast<QRgb *>(c.image.scanLine(y));
+                std::fill(line + physical, line + physical + columns, clear);
+            }
     } else {
         c.image = QImage(QSize(int(std::ceil(area.width() * dpr)), int(std::ceil(area.height() * dpr))),
-                         QImage::Format_ARGB32_Premultiplied);
+                         opaque ? QImage::Format_RGB32 : QImage::Format_ARGB32_Premultiplied);
         c.image.setDevicePixelRatio(dpr);
-        c.image.fill(Qt::transparent);
+        c.image.fill(clear);
+        c.offset = 0;
     }
     m_lastFull = !reuse;
+    const long width = c.image.width();
     if (fromX < right) {
         m_lastMarks = 0;
-        QPainter p(&c.image);
-        p.translate(-area.left(), -area.top());
-        p.setClipRect(QRectF(fromX, area.top(), right - fromX, area.height()));
-        drawSlots(&p, area, mapping, fromX);
+        QCPPainter p(&c.image);
+        long logical = fromPx; // the strip's columns, in at most two pieces of the ring
+        for (const auto &[physical, columns] : ringPieces(c.offset, width, fromPx, width)) {
+            const double x0 = area.left() + double(logical) / dpr, x1 = area.left() + double(logical + columns) / dpr;
+            p.save();
+            p.translate(double(physical - logical) / dpr - area.left(), -area.top());
+            p.setClipRect(QRectF(x0, area.top(), x1 - x0, area.height()));
+            if (opaque)
+                drawGrid(&p);
+            drawSlots(&p, area, mapping, x0, x1);
+            p.restore();
+            logical += columns;
+        }
     }
     c.area = area;
     c.dpr = dpr;
@@ -194,21 +283,44 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
     c.nsPerPixel = nsPerPixel;
     c.values = mValueAxis->range();
     c.lineScale = m_lineScale;
+    c.opaque = opaque;
+    c.tickStep = tickStep();
     c.runs = std::move(runs);
     c.rows = std::move(rows);
     c.appended.clear();
     for (const RunDataPtr &r : m_runs)
         c.appended.push_back(r->appended());
-    painter->drawImage(QPointF(area.topLeft()), c.image);
+    // The view's left edge is at column offset of the ring: two copies, end to end.
+    const double height = c.image.height();
+    painter->drawImage(QPointF(area.topLeft()), c.image, QRectF(double(c.offset), 0, double(width - c.offset), height));
+    if (c.offset > 0)
+        painter->drawImage(QPointF(area.left() + double(width - c.offset) / dpr, area.top()), c.image,
+                           QRectF(0, 0, double(c.offset), height));
 }
 
-void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const TimeMapping &full, double fromX)
+std::array<std::pair<long, long>, 2> TimelinePlottable::ringPieces(long offset, long width, long from, long to)
 {
-    // The strip from fromX on, on the same scale as the whole view.
+    // Logical columns [from, to) of a ring of width columns whose logical 0 is at offset: where
+    // they are (physical column, count), in logical order; a second piece only past the wrap.
+    std::array<std::pair<long, long>, 2> pieces{};
+    if (to <= from || width <= 0)
+        return pieces;
+    const long start = (offset + from) % width;
+    const long first = std::min(to - from, width - start);
+    pieces[0] = {start, first};
+    pieces[1] = {0, to - from - first};
+    return pieces;
+}
+
+void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const TimeMapping &full, double fromX,
+                                  double toX)
+{
+    // The strip from fromX to toX (the right edge by default), on the same scale as the view.
     const double right = double(area.left() + area.width());
-    const TimeMapping mapping = fromX <= area.left()
+    toX = std::isnan(toX) ? right : std::min(toX, right);
+    const TimeMapping mapping = fromX <= area.left() && toX >= right
                                     ? full
-                                    : TimeMapping(full.toTime(fromX), full.endNs(), fromX, right - fromX);
+                                    : TimeMapping(full.toTime(fromX), full.toTime(toX), fromX, toX - fromX);
     // Patterns (waits, pauses, off-CPU time) are anchored at run time 0, so that they move with
     // the marks: a scrolled image and its new strip meet without a seam.
     const double origin = full.toPixel(0.0);

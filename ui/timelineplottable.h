@@ -11,6 +11,8 @@
 #include <qcustomplot.h>
 
 #include <array>
+#include <limits>
+#include <utility>
 
 #include <QImage>
 #include <QRectF>
@@ -46,6 +48,12 @@ public:
     // since, not every row again. Exports (vector or not) always draw everything.
     void setCaching(bool on);
     bool caching() const { return m_caching; }
+    // The opaque colour beneath the plot area (the plot's background), or invalid when it is
+    // not opaque. With one, the cached image is opaque: backdrop, key-axis grid and marks.
+    void setBackdrop(const QColor &color);
+    // Whether the next on-screen draw covers the whole axis rect with opaque pixels, so that
+    // nothing needs painting beneath it.
+    bool coversArea() const;
     // Whether the last draw redrew everything (else it scrolled the image and drew a strip).
     bool lastDrawWasFull() const { return m_lastFull; }
     // Whether the last row drawn came from its level-of-detail summary rather than raw spans.
@@ -63,9 +71,14 @@ protected:
 private:
     void layoutVisible(const RunData &run, std::size_t row, const TimeMapping &mapping);
     void drawHeading(QPainter *painter, std::size_t slot, const QRect &area);
-    // The slots in view, their marks from pixel fromX to the area's right edge.
-    void drawSlots(QPainter *painter, const QRect &area, const TimeMapping &mapping, double fromX);
+    // The slots in view, their marks from pixel fromX to toX (NaN: the area's right edge).
+    void drawSlots(QPainter *painter, const QRect &area, const TimeMapping &mapping, double fromX,
+                   double toX = std::numeric_limits<double>::quiet_NaN());
     void drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping);
+    void drawGrid(QCPPainter *painter) const;
+    bool opaqueImage() const;
+    double tickStep() const;
+    static std::array<std::pair<long, long>, 2> ringPieces(long offset, long width, long from, long to);
 
     std::vector<RunDataPtr> m_runs;
     std::vector<TimelineSlot> m_slots;
@@ -81,8 +94,14 @@ private:
     double m_lineScale = 1.0;
     bool m_caching = true;
     bool m_lastFull = true;
+    QColor m_backdrop;
     struct Cache {
-        QImage image; // the plot area's marks, transparent between rows
+        // The plot area's marks (over the backdrop and grid when opaque, else transparent
+        // between rows), as a ring: the view's left edge is at column offset.
+        QImage image;
+        long offset = 0;
+        bool opaque = false;
+        double tickStep = 0; // the key axis' ticks' spacing: the grid in the image is for it
         QRect area;
         qreal dpr = 0;
         double startNs = 0, nsPerPixel = 0;

@@ -7,6 +7,7 @@
 
 #include <QFontMetrics>
 #include <QHelpEvent>
+#include <QScopeGuard>
 #include <QToolTip>
 
 #include <algorithm>
@@ -25,11 +26,24 @@ public:
         : QCPPaintBufferPixmap(size, dpr), m_background(background)
     {
     }
-    void clear(const QColor &) override { mBuffer.fill(m_background); }
+    void clear(const QColor &) override
+    {
+        if (m_covered.isEmpty())
+            return mBuffer.fill(m_background);
+        // Beneath an opaque plottable's image nothing shows: only the rest is filled (the
+        // whole buffer was a full pass over 1920x1080 pixels, 30 times a second).
+        QPainter p(&mBuffer);
+        p.setCompositionMode(QPainter::CompositionMode_Source);
+        for (const QRect &r : QRegion(QRect(QPoint(0, 0), mSize)).subtracted(m_covered))
+            p.fillRect(r, m_background);
+    }
     const QColor &background() const { return m_background; }
+    // What the next replot covers with opaque pixels (device-independent pixels), or empty.
+    void setCovered(const QRect &r) { m_covered = r; }
 
 private:
     QColor m_background;
+    QRect m_covered;
 };
 
 // The title drawn once into a pixmap and copied after: laying its text out again was a twentieth
@@ -275,6 +289,8 @@ void TimelineView::installOpaqueBuffer()
     // background is opaque; otherwise QCustomPlot's own buffers and painting.
     const bool opaque = mBackgroundBrush.style() == Qt::SolidPattern && mBackgroundBrush.color().alpha() == 255 &&
                         std::all_of(mLayers.begin(), mLayers.end(), [](const QCPLayer *l) { return l->mode() == QCPLayer::lmLogical; });
+    // The plottable's image holds the background beneath its marks when that is opaque.
+    m_plottable->setBackdrop(mBackgroundBrush.style() == Qt::SolidPattern ? mBackgroundBrush.color() : QColor());
     const bool ours = opaqueBuffer();
     if (ours && opaque &&
         static_cast<const OpaquePaintBuffer *>(mPaintBuffers.front().data())->background() == mBackgroundBrush.color())
@@ -300,6 +316,12 @@ void TimelineView::updateLayout()
 {
     // Called first in every replot, before the paint buffers are set up and drawn.
     installOpaqueBuffer();
+    // What the plottable will cover, known once the layout is: the buffer is cleared after.
+    const auto cover = qScopeGuard([this] {
+        if (opaqueBuffer())
+            static_cast<OpaquePaintBuffer *>(mPaintBuffers.front().data())
+                ->setCovered(m_plottable->coversArea() ? axisRect()->rect() : QRect());
+    });
     if (layoutBasis() == m_laidOut) {
         // Only the range moved: new ticks, same margins (a tick label's height does not depend
         // on its text, and the row labels have not changed).
