@@ -20,30 +20,33 @@ namespace {
 // The plot's one paint buffer, cleared to the opaque background instead of transparent: the
 // widget then copies it as it is, where QCustomPlot filled itself with the background and
 // blended a transparent buffer over it (a fifth of the live timeline's cost, 30 times a second).
-class OpaquePaintBuffer : public QCPPaintBufferPixmap {
+// With an opaque background the view paints straight onto the widget in paintEvent (the
+// plottable's ring image copied into the window's backing store once), not through a buffer
+// that was then copied again, a full pass over the plot 30 times a second. QCustomPlot's own
+// replot still draws every layer into its buffers: this one is a single pixel, so that drawing
+// is clipped away (the plottable's image and the label caches stay current all the same).
+class OpaquePaintBuffer : public QCPAbstractPaintBuffer {
 public:
     OpaquePaintBuffer(const QSize &size, double dpr, const QColor &background)
-        : QCPPaintBufferPixmap(size, dpr), m_background(background)
+        : QCPAbstractPaintBuffer(size, dpr), m_background(background)
     {
+        OpaquePaintBuffer::reallocateBuffer();
     }
-    void clear(const QColor &) override
-    {
-        if (m_covered.isEmpty())
-            return mBuffer.fill(m_background);
-        // Beneath an opaque plottable's image nothing shows: only the rest is filled (the
-        // whole buffer was a full pass over 1920x1080 pixels, 30 times a second).
-        QPainter p(&mBuffer);
-        p.setCompositionMode(QPainter::CompositionMode_Source);
-        for (const QRect &r : QRegion(QRect(QPoint(0, 0), mSize)).subtracted(m_covered))
-            p.fillRect(r, m_background);
-    }
+    QCPPainter *startPainting() override { return new QCPPainter(&m_pixel); }
+    void draw(QCPPainter *) const override {}
+    void clear(const QColor &) override {}
     const QColor &background() const { return m_background; }
-    // What the next replot covers with opaque pixels (device-independent pixels), or empty.
-    void setCovered(const QRect &r) { m_covered = r; }
+
+protected:
+    void reallocateBuffer() override
+    {
+        m_pixel = QImage(1, 1, QImage::Format_RGB32);
+        m_pixel.setDevicePixelRatio(mDevicePixelRatio);
+    }
 
 private:
     QColor m_background;
-    QRect m_covered;
+    QImage m_pixel;
 };
 
 // The title drawn once into a pixmap and copied after: laying its text out again was a twentieth
@@ -308,19 +311,27 @@ void TimelineView::paintEvent(QPaintEvent *event)
     if (!opaqueBuffer())
         return QCustomPlot::paintEvent(event);
     QCPPainter painter(this);
-    if (painter.isActive())
-        mPaintBuffers.front()->draw(&painter);
+    if (!painter.isActive())
+        return;
+    m_direct = &painter; // updateLayout fills the background once the plot area is known
+    const auto done = qScopeGuard([this] { m_direct = nullptr; });
+    draw(&painter);
 }
 
 void TimelineView::updateLayout()
 {
     // Called first in every replot, before the paint buffers are set up and drawn.
     installOpaqueBuffer();
-    // What the plottable will cover, known once the layout is: the buffer is cleared after.
-    const auto cover = qScopeGuard([this] {
-        if (opaqueBuffer())
-            static_cast<OpaquePaintBuffer *>(mPaintBuffers.front().data())
-                ->setCovered(m_plottable->coversArea() ? axisRect()->rect() : QRect());
+    // Painting straight onto the widget: the background goes first, once the layout is known,
+    // and not beneath the plot area when the plottable's opaque image covers it.
+    const auto background = qScopeGuard([this] {
+        if (!m_direct)
+            return;
+        QRegion fill(viewport());
+        if (m_plottable->coversArea())
+            fill -= axisRect()->rect();
+        for (const QRect &r : fill)
+            m_direct->fillRect(r, mBackgroundBrush);
     });
     if (layoutBasis() == m_laidOut) {
         // Only the range moved: new ticks, same margins (a tick label's height does not depend
@@ -360,7 +371,11 @@ void TimelineView::refresh()
         const double lower = std::max(0.0, std::ceil((end - m_followWindowMs) / step) * step);
         xAxis->setRange(lower, std::max(lower + m_followWindowMs, 1e-3));
     }
-    replot(QCustomPlot::rpQueuedReplot);
+    // Painted straight onto the widget, a live frame needs no replot into buffers first.
+    if (opaqueBuffer())
+        update();
+    else
+        replot(QCustomPlot::rpQueuedReplot);
 }
 
 void TimelineView::setFollowLive(bool follow)

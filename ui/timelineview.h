@@ -82,6 +82,7 @@ private:
     };
     LayoutBasis layoutBasis() const;
     LayoutBasis m_laidOut;
+    QCPPainter *m_direct = nullptr; // paintEvent's painter, while it draws onto the widget
     std::uint64_t m_layoutGeneration = 0; // bumped by whatever changes labels, legend or title
     bool m_follow = true;
     double m_followWindowMs = 1500;
