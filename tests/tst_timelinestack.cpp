@@ -9,6 +9,7 @@
 
 #include <QDir>
 #include <QFontMetrics>
+#include <QScreen>
 #include <QTest>
 
 #include <qcustomplot.h>
@@ -31,6 +32,7 @@ private Q_SLOTS:
     void legendReflowsWhenNarrowed();
     void cachedDrawingEqualsAFullDraw();
     void cachedTitleAndLegendEqualDrawingInPlace();
+    void liveFramesRepaintOnlyThePlot();
     void rendersAtScreenSizes_data();
     void rendersAtScreenSizes();
 };
@@ -562,6 +564,59 @@ void TestTimelineStack::rendersAtScreenSizes()
         const QString name = QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-'));
         QVERIFY(image.save(QDir(dir).filePath(QStringLiteral("stack-%1.png").arg(name))));
     }
+}
+
+// A live frame repaints only the plot and its time axis (title, row labels and legend stay in
+// the window as painted), straight onto the widget. What the window then holds must be what a
+// full drawing of the view gives, frame after frame, across a new row label too.
+void TestTimelineStack::liveFramesRepaintOnlyThePlot()
+{
+    const auto done = synthRun(QStringLiteral("source"), {{"workers", 4}, {"data.prefetch", true}}, 40, 60);
+    std::vector<Record> all;
+    done->trace().forEachRecord([&](const Record &r) { all.push_back(r); });
+    std::stable_sort(all.begin(), all.end(), [](const Record &a, const Record &b) { return a.end < b.end; });
+    auto live = std::make_shared<RunData>(done->config(), QStringLiteral("live"));
+    live->state = RunState::Running;
+    TimelineView view;
+    view.setRuns({live});
+    QVERIFY(showAt(view, QSize(1280, 720)));
+    struct PaintRegions : QObject {
+        QRegion last;
+        int partial = 0, full = 0;
+        bool eventFilter(QObject *, QEvent *e) override
+        {
+            if (e->type() == QEvent::Paint) {
+                last = static_cast<QPaintEvent *>(e)->region();
+                (last.boundingRect().height() < 700 ? partial : full) += 1;
+            }
+            return false;
+        }
+    } regions;
+    view.installEventFilter(&regions);
+    std::size_t next = 0;
+    int frames = 0;
+    QRegion liveFrame;
+    for (std::int64_t t = 40 * kMs; next < all.size(); t += 40 * kMs) {
+        std::vector<Record> batch;
+        while (next < all.size() && all[next].end <= t)
+            batch.push_back(all[next++]);
+        live->append(batch);
+        view.refresh();
+        const int painted = regions.partial + regions.full;
+        QVERIFY(QTest::qWaitFor([&] { return regions.partial + regions.full > painted; }));
+        liveFrame = regions.last;
+        if (++frames % 10)
+            continue;
+        // The window's pixels (the offscreen backing store) against a full drawing now.
+        const QImage shown = view.screen()->grabWindow(view.winId()).toImage().convertToFormat(QImage::Format_RGB32);
+        const QImage whole = view.grab().toImage().convertToFormat(QImage::Format_RGB32);
+        QCOMPARE(shown.size(), whole.size());
+        QVERIFY2(shown == whole, qPrintable(QStringLiteral("frame %1 differs from a full drawing").arg(frames)));
+    }
+    QVERIFY2(regions.partial > frames / 2, qPrintable(QStringLiteral("%1 partial of %2 paints").arg(regions.partial).arg(regions.partial + regions.full)));
+    const QRect plot = view.axisRect()->rect();
+    QVERIFY2(!liveFrame.isEmpty() && !liveFrame.intersects(QRect(0, 0, view.width(), plot.top() - 2)),
+             "a live frame repainted the title");
 }
 
 QTEST_MAIN(TestTimelineStack)

@@ -316,6 +316,13 @@ void TimelineView::paintEvent(QPaintEvent *event)
     m_direct = &painter; // updateLayout fills the background once the plot area is known
     const auto done = qScopeGuard([this] { m_direct = nullptr; });
     draw(&painter);
+    if (event->region().contains(rect()))
+        m_paintedChrome = chrome();
+}
+
+TimelineView::Chrome TimelineView::chrome() const
+{
+    return {layoutBasis(), m_labelledRows, axisRect()->rect(), axisRect()->outerRect()};
 }
 
 void TimelineView::updateLayout()
@@ -371,11 +378,19 @@ void TimelineView::refresh()
         const double lower = std::max(0.0, std::ceil((end - m_followWindowMs) / step) * step);
         xAxis->setRange(lower, std::max(lower + m_followWindowMs, 1e-3));
     }
-    // Painted straight onto the widget, a live frame needs no replot into buffers first.
-    if (opaqueBuffer())
-        update();
-    else
+    // Painted straight onto the widget, a live frame needs no replot into buffers first, and
+    // while the title, row labels and legend stay as they were painted, only the plot and the
+    // time axis beneath it are painted again (and sent to the display).
+    if (!opaqueBuffer()) {
         replot(QCustomPlot::rpQueuedReplot);
+    } else if (m_paintedChrome && *m_paintedChrome == chrome()) {
+        const QRect plot = axisRect()->rect(), outer = axisRect()->outerRect();
+        QRegion live(plot.adjusted(-1, -1, 1, 1)); // and the axes' lines on its edges
+        live += QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1); // tick labels reach past it
+        update(live);
+    } else {
+        update();
+    }
 }
 
 void TimelineView::setFollowLive(bool follow)

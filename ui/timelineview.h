@@ -8,6 +8,8 @@
 
 #include <qcustomplot.h>
 
+#include <optional>
+
 namespace syncopate {
 
 class TimelinePlottable;
@@ -83,6 +85,16 @@ private:
     LayoutBasis layoutBasis() const;
     LayoutBasis m_laidOut;
     QCPPainter *m_direct = nullptr; // paintEvent's painter, while it draws onto the widget
+    // What was around the plot (title, row labels, legend) when the whole widget was last
+    // painted: while it is the same, a live frame repaints only the plot and its time axis.
+    struct Chrome {
+        LayoutBasis layout;
+        std::vector<std::size_t> labelledRows;
+        QRect plot, outer;
+        bool operator==(const Chrome &) const = default;
+    };
+    Chrome chrome() const;
+    std::optional<Chrome> m_paintedChrome;
     std::uint64_t m_layoutGeneration = 0; // bumped by whatever changes labels, legend or title
     bool m_follow = true;
     double m_followWindowMs = 1500;
