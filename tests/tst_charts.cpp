@@ -17,6 +17,8 @@ private Q_SLOTS:
     void batchNormChartOnlyWithBatchNorm();
     void incrementalEqualsRefill_data();
     void incrementalEqualsRefill();
+    void liveCurvesCoverTheSameColumns_data();
+    void liveCurvesCoverTheSameColumns();
 };
 
 void TestCharts::spreadBandByHand()
@@ -271,6 +273,110 @@ void TestCharts::incrementalEqualsRefill()
     other->append(steps(c.workers, async, 4, 6));
     live.refresh();
     compareCharts(live, *refilled(other), "after the new run grew");
+}
+
+// While a run is live, a dense curve is drawn as a span per pixel column instead of an
+// antialiased polyline: each column must show the curve from the same top to the same bottom
+// (two pixels either way, beside the column at most), and exports draw the polyline as before.
+void TestCharts::liveCurvesCoverTheSameColumns_data()
+{
+    QTest::addColumn<int>("points");
+    QTest::addColumn<bool>("dashed");
+    QTest::addColumn<bool>("log");
+    QTest::newRow("2 a column, log") << 1200 << false << true;
+    QTest::newRow("2 a column, dashed") << 1200 << true << false;
+    QTest::newRow("10 a column") << 6000 << false << false;
+    QTest::newRow("10 a column, dashed, log") << 6000 << true << true;
+    QTest::newRow("1 a column") << 700 << false << true;
+}
+
+void TestCharts::liveCurvesCoverTheSameColumns()
+{
+    QFETCH(int, points);
+    QFETCH(bool, dashed);
+    QFETCH(bool, log);
+    RunConfig c;
+    c.workers = dashed ? 9 : 1; // workers 8 and on are dashed
+    auto run = std::make_shared<RunData>(c, QStringLiteral("columns"));
+    std::vector<Record> r;
+    std::uint32_t seed = 7;
+    for (int s = 0; s < points; ++s) {
+        seed = seed * 1664525u + 1013904223u;
+        const double noise = double(seed >> 8) / double(1 << 24);
+        // Noisy, then a smooth stretch: a band and a line.
+        const double v = s < points / 2 ? 2.0 * (0.6 + 0.8 * noise) : 1.5 - 0.4 * std::sin(s * 6.0 / points);
+        r.push_back(Record::counterSample(c.workers - 1, CounterId::Loss, std::uint32_t(s), 1000000LL * s, v));
+    }
+    run->append(r);
+    ChartsWidget charts;
+    charts.resize(900, 500);
+    charts.show();
+    charts.setLogLoss(log);
+    charts.setRuns(run, {});
+    QVERIFY(QTest::qWaitForWindowExposed(&charts));
+    QCustomPlot *p = charts.lossPlot();
+    for (int w = 0; w + 1 < c.workers; ++w)
+        p->graph(w)->setVisible(false);
+    p->legend->setVisible(false);
+    auto draw = [&](RunState state) {
+        run->state = state;
+        charts.refresh();
+        p->replot(QCustomPlot::rpImmediateRefresh);
+        return p->grab().toImage().convertToFormat(QImage::Format_RGB32);
+    };
+    const QImage live = draw(RunState::Running), done = draw(RunState::Finished);
+    QVERIFY(live != done); // the live one drawn in columns, without antialiasing
+    // Each column's extent of the curve's pixels (anything but white and the grid's grey).
+    const QRect rect = p->axisRect()->rect().adjusted(2, 2, -2, -2);
+    auto extent = [&](const QImage &img, int x) {
+        int top = -1, bottom = -1;
+        for (int y = rect.top(); y <= rect.bottom(); ++y) {
+            const QColor px = img.pixelColor(x, y);
+            if (px.saturation() > 60 || px.value() < 120) { // the curve, not white or grid grey
+                if (top < 0)
+                    top = y;
+                bottom = y;
+            }
+        }
+        return std::pair(top, bottom);
+    };
+    // Antialiased lines spread over the neighbouring column, and QCPGraph's own sampling bins
+    // columns from another origin: each column's extent is compared with the other drawing's
+    // next to it too.
+    std::vector<std::pair<int, int>> spans[2];
+    for (int x = rect.left(); x <= rect.right(); ++x) {
+        spans[0].push_back(extent(done, x));
+        spans[1].push_back(extent(live, x));
+    }
+    int columns = 0, off = 0;
+    for (std::size_t i = 1; i + 1 < spans[0].size(); ++i)
+        for (int k : {0, 1}) {
+            const auto [top, bottom] = spans[k][i];
+            if (top < 0)
+                continue;
+            ++columns;
+            int near0 = INT_MAX, near1 = -1;
+            for (std::size_t j = i - 1; j <= i + 1; ++j)
+                if (spans[1 - k][j].first >= 0)
+                    near0 = std::min(near0, spans[1 - k][j].first), near1 = std::max(near1, spans[1 - k][j].second);
+            if (top < near0 - 2 || bottom > near1 + 2) {
+                ++off;
+                if (off < 5)
+                    qWarning("column %d of the %s: %d..%d, the other's near it %d..%d", int(i) + rect.left(),
+                             k ? "spans" : "polyline", top, bottom, near0, near1);
+            }
+        }
+    columns /= 2;
+    QVERIFY(columns > rect.width() * (dashed ? 6 : 9) / 10); // dashes leave columns empty
+    // Dashes leave a column's end out now and then, as they do the polyline's.
+    QVERIFY2(off <= columns / (dashed ? 10 : 50), qPrintable(QStringLiteral("%1 of %2 columns differ").arg(off).arg(columns)));
+    // Exports are drawn as polylines, live or not.
+    run->state = RunState::Running;
+    charts.refresh();
+    const QImage exportLive = p->toPixmap(800, 400).toImage();
+    run->state = RunState::Finished;
+    charts.refresh();
+    QCOMPARE(exportLive, p->toPixmap(800, 400).toImage());
 }
 
 QTEST_MAIN(TestCharts)

@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QEvent>
 #include <QSpinBox>
+#include <QVarLengthArray>
 #include <QVBoxLayout>
 
 #include <qcustomplot.h>
@@ -105,6 +106,186 @@ void spreadBand(std::vector<std::pair<double, double>> points, int bins, QVector
 
 namespace {
 
+// A worker's curve that, while its run is live, draws itself on screen as one vertical span per
+// pixel column (from the lowest to the highest point the line passes there) instead of a
+// polyline. Sixteen noisy curves of thousands of points each drew their columns' heights several
+// times over through Qt's antialiased line rasteriser, one pixel a span: 30 ms a replot. Only
+// where the curve has at least a point per column (where a line is a column of pixels anyway),
+// never for exports (their painters say pmNoCaching or pmVectorized), and the finished run is
+// drawn by QCPGraph again. Dashes follow the pen's pattern along the columns' pixels.
+class ColumnGraph : public QCPGraph {
+public:
+    using QCPGraph::QCPGraph;
+    void setLive(bool live) { m_live = live; }
+
+protected:
+    void draw(QCPPainter *painter) override
+    {
+        if (!drawColumns(painter))
+            QCPGraph::draw(painter);
+    }
+
+private:
+    bool drawColumns(QCPPainter *painter) const;
+    bool m_live = false;
+};
+
+bool ColumnGraph::drawColumns(QCPPainter *painter) const
+{
+    QCPAxis *keyAxis = mKeyAxis.data(), *valueAxis = mValueAxis.data();
+    const QPen pen = mPen;
+    if (!m_live || !keyAxis || !valueAxis || keyAxis->orientation() != Qt::Horizontal ||
+        painter->modes().testFlag(QCPPainter::pmNoCaching) || painter->modes().testFlag(QCPPainter::pmVectorized) ||
+        mLineStyle != lsLine || !mScatterStyle.isNone() || mBrush.style() != Qt::NoBrush || selected() ||
+        pen.style() == Qt::NoPen || pen.style() == Qt::CustomDashLine || pen.widthF() > 1.0 ||
+        pen.brush().style() != Qt::SolidPattern || mDataContainer->isEmpty())
+        return false;
+    const QCPRange range = keyAxis->range();
+    const auto begin = mDataContainer->findBegin(range.lower), end = mDataContainer->findEnd(range.upper);
+    const double columns = std::abs(keyAxis->coordToPixel(range.upper) - keyAxis->coordToPixel(range.lower));
+    if (double(end - begin) < std::max(2.0, columns))
+        return false; // sparse: QCPGraph's antialiased lines
+    const QRect clip = clipRect();
+    const double top = clip.top() - 2, bottom = clip.bottom() + 2;
+    // Both axes' mappings as a + b * f(coordinate), f the identity or log: QCPAxis::coordToPixel
+    // per point (two logs each on a log axis) cost more than the drawing.
+    struct Map {
+        bool log = false;
+        double a = 0, b = 0;
+        Map(const QCPAxis *axis)
+        {
+            const QCPRange r = axis->range();
+            log = axis->scaleType() == QCPAxis::stLogarithmic;
+            const double f0 = log ? std::log(r.lower) : r.lower, f1 = log ? std::log(r.upper) : r.upper;
+            b = (axis->coordToPixel(r.upper) - axis->coordToPixel(r.lower)) / (f1 - f0);
+            a = axis->coordToPixel(r.lower) - b * f0;
+        }
+        double operator()(double v) const { return a + b * (log ? std::log(v) : v); }
+        bool valid(const QCPAxis *axis) const
+        {
+            return std::isfinite(a) && std::isfinite(b) && (!log || axis->range().lower > 0);
+        }
+    };
+    const Map keyPixel(keyAxis), valuePixel(valueAxis);
+    if (!keyPixel.valid(keyAxis) || !valuePixel.valid(valueAxis))
+        return false;
+    auto pixel = [&](double v) {
+        return valuePixel.log && v <= 0 ? (valuePixel.b < 0 ? bottom : top) : std::clamp(valuePixel(v), top, bottom);
+    };
+
+    painter->save();
+    painter->setAntialiasing(false);
+    painter->setPen(pen); // for the lines across columns without a point
+    const QColor color = pen.color();
+    // Dash pattern in whole pixels (a 1 px pen's pattern is in pixels), and where along it we
+    // are. The columns' pieces are gathered and filled at once: a fillRect each cost more than
+    // its pixels.
+    QVarLengthArray<int, 8> dashes;
+    if (pen.style() != Qt::SolidLine)
+        for (double d : pen.dashPattern())
+            dashes.push_back(std::max(1, int(std::lround(d * std::max(1.0, pen.widthF())))));
+    int dash = 0, dashLeft = dashes.isEmpty() ? 0 : dashes[0];
+    std::vector<QRect> rects;
+    rects.reserve(std::size_t(columns) + 16);
+    auto fillColumn = [&](int x, double y0, double y1) {
+        int from = int(std::lround(std::min(y0, y1)));
+        const int to = int(std::lround(std::max(y0, y1)));
+        if (dashes.isEmpty()) {
+            rects.emplace_back(x, from, 1, to - from + 1);
+            return;
+        }
+        while (from <= to) {
+            const int run = std::min(to - from + 1, dashLeft);
+            if (dash % 2 == 0)
+                rects.emplace_back(x, from, 1, run);
+            from += run;
+            if ((dashLeft -= run) == 0) {
+                dash = (dash + 1) % int(dashes.size());
+                dashLeft = dashes[dash];
+            }
+        }
+    };
+
+    // A column's points: the first and last (where the lines to its neighbours start), and the
+    // pixel rows from its highest to its lowest.
+    struct Column {
+        int x = 0;
+        QPointF first, last;
+        double top = 0, bottom = 0;
+        bool joined = false; // a line comes in from the column before
+    };
+    bool pending = false; // `col` waits for its right neighbour, whose line may lengthen it
+    Column col;
+    double lo = 0, hi = 0;
+    QCPGraphData first, last;
+    int x = 0;
+    double nextKey = -qInf();
+    bool open = false, joinNext = false;
+    auto close = [&] { // the column being gathered is complete
+        // A log each, so each value once: the first and last are often the lowest or highest.
+        const double ylo = pixel(lo), yhi = hi == lo ? ylo : pixel(hi);
+        auto y = [&](double v) { return v == lo ? ylo : v == hi ? yhi : pixel(v); };
+        const double yfirst = y(first.value);
+        Column c{x, QPointF(keyPixel(first.key), yfirst),
+                 QPointF(keyPixel(last.key), last.value == first.value ? yfirst : y(last.value)),
+                 std::min(ylo, yhi), std::max(ylo, yhi), joinNext};
+        if (pending && c.joined) {
+            if (c.x == col.x + 1) { // the line between them crosses from one to the other
+                const QPointF a = col.last, b = c.first;
+                const double t = b.x() > a.x() ? std::clamp((col.x + 0.5 - a.x()) / (b.x() - a.x()), 0.0, 1.0) : 0.5;
+                const double y = a.y() + t * (b.y() - a.y());
+                col.top = std::min(col.top, y), col.bottom = std::max(col.bottom, y);
+                c.top = std::min(c.top, y), c.bottom = std::max(c.bottom, y);
+            } else { // columns with no point between: a line across them
+                painter->drawLine(QLineF(col.last, c.first));
+            }
+        }
+        if (pending)
+            fillColumn(col.x, col.top, col.bottom);
+        col = c;
+        pending = true;
+        open = false;
+        joinNext = true;
+    };
+    for (auto it = begin; it != end; ++it) {
+        if (std::isnan(it->value) || std::isnan(it->key)) { // a gap in the line
+            if (open)
+                close();
+            joinNext = false;
+            continue;
+        }
+        if (open && it->key < nextKey) { // still in column x
+            lo = std::min(lo, it->value), hi = std::max(hi, it->value);
+            last = *it;
+            continue;
+        }
+        // Column i holds the pixel coordinates [i - 0.5, i + 0.5), as a line's pixels do.
+        // (Clamped: the point past each end of the range may lie far outside it.)
+        const int px = int(std::floor(std::clamp(keyPixel(it->key), clip.left() - 1e6, clip.right() + 1e6) + 0.5));
+        if (open && px == x) {
+            lo = std::min(lo, it->value), hi = std::max(hi, it->value);
+            last = *it;
+            continue;
+        }
+        if (open)
+            close();
+        x = px, lo = hi = it->value;
+        first = last = *it;
+        open = true;
+        // The first key of the next column (keys grow left to right: else every point asks).
+        nextKey = keyPixel.b > 0 && !keyPixel.log ? (double(x) + 0.5 - keyPixel.a) / keyPixel.b : -qInf();
+    }
+    if (open)
+        close();
+    if (pending)
+        fillColumn(col.x, col.top, col.bottom);
+    painter->setPen(Qt::NoPen);
+    painter->setBrush(color);
+    painter->drawRects(rects.data(), int(rects.size()));
+    painter->restore();
+    return true;
+}
+
 // Hands out a chart's graphs in order, creating each the first time: graphs are made once per
 // set of runs and only refilled on later updates.
 class GraphSlots {
@@ -114,7 +295,7 @@ public:
                    QCPGraph::LineStyle style = QCPGraph::lsLine, Qt::PenStyle pen = Qt::SolidLine)
     {
         if (m_next >= m_plot->graphCount()) {
-            QCPGraph *g = m_plot->addGraph();
+            QCPGraph *g = new ColumnGraph(m_plot->xAxis, m_plot->yAxis);
             g->setName(name);
             g->setPen(QPen(color, width * m_scale, pen));
             g->setLineStyle(style);
@@ -449,6 +630,9 @@ void ChartsWidget::refresh()
             text = haveRun && !running ? tr("This run recorded nothing for this chart.")
                                        : emptyPlotText(haveRun);
         setPlaceholder(plot, text);
+        for (int i = 0; i < plot->graphCount(); ++i)
+            if (auto *g = dynamic_cast<ColumnGraph *>(plot->graph(i)))
+                g->setLive(running);
         // Only the chart on show is drawn; the others when their tab is chosen (16 workers'
         // curves cost milliseconds each, and hidden ones were drawn for nothing).
         if (plot->isVisible() || !running)
@@ -586,7 +770,7 @@ void ChartsWidget::fillStalls()
     const RunData &run = *m_current;
     if (p->graphCount() == 0) {
         for (int w = 0; w < run.workers(); ++w) {
-            QCPGraph *g = p->addGraph();
+            QCPGraph *g = new ColumnGraph(p->xAxis, p->yAxis);
             g->setName(run.workerName(w));
             g->setPen(QPen(seriesColor(w), kWorkerLine * m_scale, seriesStyle(w)));
         }
