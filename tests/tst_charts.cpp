@@ -19,6 +19,7 @@ private Q_SLOTS:
     void incrementalEqualsRefill();
     void liveCurvesCoverTheSameColumns_data();
     void liveCurvesCoverTheSameColumns();
+    void coveredColumnsLeftOutAlike();
 };
 
 void TestCharts::spreadBandByHand()
@@ -377,6 +378,49 @@ void TestCharts::liveCurvesCoverTheSameColumns()
     run->state = RunState::Finished;
     charts.refresh();
     QCOMPARE(exportLive, p->toPixmap(800, 400).toImage());
+}
+
+// Sixteen live workers' curves are drawn together, leaving out what later solid curves cover:
+// the picture is the one each curve drawn on its own gives (each on a layer of its own).
+void TestCharts::coveredColumnsLeftOutAlike()
+{
+    RunConfig c;
+    c.workers = 16;
+    auto run = std::make_shared<RunData>(c, QStringLiteral("cover"));
+    std::vector<Record> r;
+    std::uint32_t seed = 3;
+    for (int s = 0; s < 3000; ++s)
+        for (int w = 0; w < c.workers; ++w) {
+            seed = seed * 1664525u + 1013904223u;
+            const double noise = double(seed >> 8) / double(1 << 24);
+            r.push_back(Record::counterSample(w, CounterId::Loss, std::uint32_t(s), 1000000LL * s + w,
+                                              2.0 * std::exp(-s / 800.0) * (0.5 + noise) + 0.01 * (w + 1)));
+        }
+    run->append(r);
+    ChartsWidget charts;
+    charts.resize(900, 500);
+    charts.show();
+    charts.setRuns(run, {});
+    QVERIFY(QTest::qWaitForWindowExposed(&charts));
+    QCustomPlot *p = charts.lossPlot();
+    auto image = [&] {
+        p->replot(QCustomPlot::rpImmediateRefresh);
+        return p->grab().toImage().convertToFormat(QImage::Format_RGB32);
+    };
+    const QImage together = image();
+    QCPLayer *below = p->layer(QStringLiteral("main"));
+    for (int w = 0; w < c.workers; ++w) {
+        const QString name = QStringLiteral("worker %1").arg(w);
+        QVERIFY(p->addLayer(name, below, QCustomPlot::limAbove));
+        below = p->layer(name);
+        QVERIFY(p->graph(w)->setLayer(below));
+    }
+    const QImage alone = image();
+    QCOMPARE(together, alone);
+    // And the live drawing was the columns' (a finished run's curves are antialiased lines).
+    run->state = RunState::Finished;
+    charts.refresh();
+    QVERIFY(image() != together);
 }
 
 QTEST_MAIN(TestCharts)

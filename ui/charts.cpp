@@ -106,6 +106,26 @@ void spreadBand(std::vector<std::pair<double, double>> points, int bins, QVector
 
 namespace {
 
+// An axis' mapping as a + b * f(coordinate), f the identity or log, for ColumnGraph:
+// QCPAxis::coordToPixel per point (two logs each on a log axis) cost more than the drawing.
+struct AxisMap {
+    bool log = false;
+    double a = 0, b = 0;
+    AxisMap(const QCPAxis *axis)
+    {
+        const QCPRange r = axis->range();
+        log = axis->scaleType() == QCPAxis::stLogarithmic;
+        const double f0 = log ? std::log(r.lower) : r.lower, f1 = log ? std::log(r.upper) : r.upper;
+        b = (axis->coordToPixel(r.upper) - axis->coordToPixel(r.lower)) / (f1 - f0);
+        a = axis->coordToPixel(r.lower) - b * f0;
+    }
+    double operator()(double v) const { return a + b * (log ? std::log(v) : v); }
+    bool valid(const QCPAxis *axis) const
+    {
+        return std::isfinite(a) && std::isfinite(b) && (!log || axis->range().lower > 0);
+    }
+};
+
 // A worker's curve that, while its run is live, draws itself on screen as one vertical span per
 // pixel column (from the lowest to the highest point the line passes there) instead of a
 // polyline. Sixteen noisy curves of thousands of points each drew their columns' heights several
@@ -119,21 +139,102 @@ public:
     void setLive(bool live) { m_live = live; }
 
 protected:
-    void draw(QCPPainter *painter) override
-    {
-        if (!drawColumns(painter))
-            QCPGraph::draw(painter);
-    }
+    void draw(QCPPainter *painter) override;
 
 private:
-    bool drawColumns(QCPPainter *painter) const;
+    // The columns' pieces of pixels (dashes cut them) and the lines across columns without a
+    // point.
+    struct Columns {
+        std::vector<QRect> rects;
+        std::vector<QLineF> lines;
+    };
+    bool drawsColumns(const QCPPainter *painter) const;
+    void columns(Columns &out) const;
     bool m_live = false;
+    const QCPPainter *m_drawnWith = nullptr; // drawn with the graph before it, by that painter
 };
 
-bool ColumnGraph::drawColumns(QCPPainter *painter) const
+// The first of the graphs that follow each other on a layer and draw columns draws them all:
+// the pieces of a solid curve's columns that a later solid curve covers are left out (they would
+// be painted over: workers' noisy bands mostly cover each other), and the picture is the same.
+void ColumnGraph::draw(QCPPainter *painter)
+{
+    if (m_drawnWith == painter) {
+        m_drawnWith = nullptr;
+        return;
+    }
+    m_drawnWith = nullptr;
+    if (!drawsColumns(painter)) {
+        QCPGraph::draw(painter);
+        return;
+    }
+    std::vector<ColumnGraph *> group{this};
+    const QList<QCPLayerable *> kids = layer()->children();
+    for (auto i = kids.indexOf(this) + 1; i < kids.size(); ++i) {
+        if (!kids[i]->realVisibility())
+            continue;
+        auto *g = dynamic_cast<ColumnGraph *>(kids[i]);
+        if (!g || g->keyAxis() != keyAxis() || g->valueAxis() != valueAxis() || !g->drawsColumns(painter))
+            break;
+        group.push_back(g);
+    }
+    std::vector<Columns> pieces(group.size());
+    for (std::size_t i = 0; i < group.size(); ++i)
+        group[i]->columns(pieces[i]);
+    // Per pixel column, the rows that later solid curves fill (one interval: where they meet).
+    const QRect clip = clipRect();
+    const int x0 = clip.left() - 2;
+    std::vector<std::pair<int, int>> cover(std::size_t(clip.width() + 4), {1, 0});
+    for (std::size_t i = group.size(); i-- > 0;) {
+        std::vector<QRect> kept;
+        kept.reserve(pieces[i].rects.size());
+        for (const QRect &r : pieces[i].rects) {
+            const int x = r.x() - x0;
+            const auto [top, bottom] = x >= 0 && x < int(cover.size()) ? cover[std::size_t(x)] : std::pair(1, 0);
+            if (top > bottom || bottom < r.top() || top > r.bottom()) {
+                kept.push_back(r);
+                continue;
+            }
+            if (r.top() < top)
+                kept.emplace_back(r.x(), r.top(), 1, top - r.top());
+            if (r.bottom() > bottom)
+                kept.emplace_back(r.x(), bottom + 1, 1, r.bottom() - bottom);
+        }
+        const QPen &pen = group[i]->pen();
+        if (pen.style() == Qt::SolidLine && pen.color().alpha() == 255)
+            for (const QRect &r : pieces[i].rects) {
+                const int x = r.x() - x0;
+                if (x < 0 || x >= int(cover.size()))
+                    continue;
+                auto &[top, bottom] = cover[std::size_t(x)];
+                if (top > bottom || r.height() > bottom - top + 1)
+                    top = r.top(), bottom = r.bottom();
+                else if (r.top() <= bottom + 1 && r.bottom() >= top - 1)
+                    top = std::min(top, r.top()), bottom = std::max(bottom, r.bottom());
+            }
+        pieces[i].rects.swap(kept);
+    }
+    painter->save();
+    painter->setAntialiasing(false);
+    for (std::size_t i = 0; i < group.size(); ++i) {
+        if (i > 0)
+            group[i]->m_drawnWith = painter;
+        if (!pieces[i].lines.empty()) {
+            painter->setPen(group[i]->pen());
+            for (const QLineF &l : pieces[i].lines)
+                painter->drawLine(l);
+        }
+        painter->setPen(Qt::NoPen);
+        painter->setBrush(group[i]->pen().color());
+        painter->drawRects(pieces[i].rects.data(), int(pieces[i].rects.size()));
+    }
+    painter->restore();
+}
+
+bool ColumnGraph::drawsColumns(const QCPPainter *painter) const
 {
     QCPAxis *keyAxis = mKeyAxis.data(), *valueAxis = mValueAxis.data();
-    const QPen pen = mPen;
+    const QPen &pen = mPen;
     if (!m_live || !keyAxis || !valueAxis || keyAxis->orientation() != Qt::Horizontal ||
         painter->modes().testFlag(QCPPainter::pmNoCaching) || painter->modes().testFlag(QCPPainter::pmVectorized) ||
         mLineStyle != lsLine || !mScatterStyle.isNone() || mBrush.style() != Qt::NoBrush || selected() ||
@@ -143,40 +244,24 @@ bool ColumnGraph::drawColumns(QCPPainter *painter) const
     const QCPRange range = keyAxis->range();
     const auto begin = mDataContainer->findBegin(range.lower), end = mDataContainer->findEnd(range.upper);
     const double columns = std::abs(keyAxis->coordToPixel(range.upper) - keyAxis->coordToPixel(range.lower));
-    if (double(end - begin) < std::max(2.0, columns))
-        return false; // sparse: QCPGraph's antialiased lines
+    if (!AxisMap(keyAxis).valid(keyAxis) || !AxisMap(valueAxis).valid(valueAxis))
+        return false;
+    return double(end - begin) >= std::max(2.0, columns); // sparse: QCPGraph's antialiased lines
+}
+
+void ColumnGraph::columns(Columns &out) const
+{
+    QCPAxis *keyAxis = mKeyAxis.data(), *valueAxis = mValueAxis.data();
+    const QPen &pen = mPen;
+    const QCPRange range = keyAxis->range();
+    const auto begin = mDataContainer->findBegin(range.lower), end = mDataContainer->findEnd(range.upper);
     const QRect clip = clipRect();
     const double top = clip.top() - 2, bottom = clip.bottom() + 2;
-    // Both axes' mappings as a + b * f(coordinate), f the identity or log: QCPAxis::coordToPixel
-    // per point (two logs each on a log axis) cost more than the drawing.
-    struct Map {
-        bool log = false;
-        double a = 0, b = 0;
-        Map(const QCPAxis *axis)
-        {
-            const QCPRange r = axis->range();
-            log = axis->scaleType() == QCPAxis::stLogarithmic;
-            const double f0 = log ? std::log(r.lower) : r.lower, f1 = log ? std::log(r.upper) : r.upper;
-            b = (axis->coordToPixel(r.upper) - axis->coordToPixel(r.lower)) / (f1 - f0);
-            a = axis->coordToPixel(r.lower) - b * f0;
-        }
-        double operator()(double v) const { return a + b * (log ? std::log(v) : v); }
-        bool valid(const QCPAxis *axis) const
-        {
-            return std::isfinite(a) && std::isfinite(b) && (!log || axis->range().lower > 0);
-        }
-    };
-    const Map keyPixel(keyAxis), valuePixel(valueAxis);
-    if (!keyPixel.valid(keyAxis) || !valuePixel.valid(valueAxis))
-        return false;
+    const AxisMap keyPixel(keyAxis), valuePixel(valueAxis);
     auto pixel = [&](double v) {
         return valuePixel.log && v <= 0 ? (valuePixel.b < 0 ? bottom : top) : std::clamp(valuePixel(v), top, bottom);
     };
 
-    painter->save();
-    painter->setAntialiasing(false);
-    painter->setPen(pen); // for the lines across columns without a point
-    const QColor color = pen.color();
     // Dash pattern in whole pixels (a 1 px pen's pattern is in pixels), and where along it we
     // are. The columns' pieces are gathered and filled at once: a fillRect each cost more than
     // its pixels.
@@ -185,8 +270,8 @@ bool ColumnGraph::drawColumns(QCPPainter *painter) const
         for (double d : pen.dashPattern())
             dashes.push_back(std::max(1, int(std::lround(d * std::max(1.0, pen.widthF())))));
     int dash = 0, dashLeft = dashes.isEmpty() ? 0 : dashes[0];
-    std::vector<QRect> rects;
-    rects.reserve(std::size_t(columns) + 16);
+    std::vector<QRect> &rects = out.rects;
+    rects.reserve(std::size_t(clip.width()) + 16);
     auto fillColumn = [&](int x, double y0, double y1) {
         int from = int(std::lround(std::min(y0, y1)));
         const int to = int(std::lround(std::max(y0, y1)));
@@ -237,7 +322,7 @@ bool ColumnGraph::drawColumns(QCPPainter *painter) const
                 col.top = std::min(col.top, y), col.bottom = std::max(col.bottom, y);
                 c.top = std::min(c.top, y), c.bottom = std::max(c.bottom, y);
             } else { // columns with no point between: a line across them
-                painter->drawLine(QLineF(col.last, c.first));
+                out.lines.emplace_back(col.last, c.first);
             }
         }
         if (pending)
@@ -279,11 +364,6 @@ bool ColumnGraph::drawColumns(QCPPainter *painter) const
         close();
     if (pending)
         fillColumn(col.x, col.top, col.bottom);
-    painter->setPen(Qt::NoPen);
-    painter->setBrush(color);
-    painter->drawRects(rects.data(), int(rects.size()));
-    painter->restore();
-    return true;
 }
 
 // Hands out a chart's graphs in order, creating each the first time: graphs are made once per
