@@ -17,9 +17,6 @@
 namespace syncopate {
 namespace {
 
-// The plot's one paint buffer, cleared to the opaque background instead of transparent: the
-// widget then copies it as it is, where QCustomPlot filled itself with the background and
-// blended a transparent buffer over it (a fifth of the live timeline's cost, 30 times a second).
 // With an opaque background the view paints straight onto the widget in paintEvent (the
 // plottable's ring image copied into the window's backing store once), not through a buffer
 // that was then copied again, a full pass over the plot 30 times a second. QCustomPlot's own
