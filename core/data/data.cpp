@@ -2,6 +2,8 @@
 
 #include "random.h"
 
+#include "cpu/hugepages.h"
+
 #include <zlib.h>
 
 #include <cmath>
@@ -467,6 +469,9 @@ std::shared_ptr<const Dataset> loadTrainingData(const RunConfig &c)
         d = loadFashion("train", c.samples);
     else
         d = std::make_shared<Dataset>(loadIdxDataset(c.images, c.labels, c.samples));
+    // Every step gathers its batch from random rows: on huge pages where the kernel has them.
+    moveToHugePages(d->x);
+    moveToHugePages(d->y);
     return d;
 }
 

@@ -1,5 +1,7 @@
 #include "cpudevice.h"
 
+#include "hugepages.h"
+
 #include "cpulinear.h"
 #include "onednn.h"
 
@@ -286,11 +288,9 @@ void *CpuDevice::allocateBytes(std::size_t count)
 {
     if (count == 0)
         return nullptr;
-    const std::size_t bytes = (count + 63) / 64 * 64;
-    void *p = std::aligned_alloc(64, bytes);
+    void *p = allocateZeroed(count);
     if (!p)
-        throw DeviceError("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
-    std::memset(p, 0, bytes);
+        throw DeviceError("cpu: out of memory allocating " + std::to_string(count) + " bytes");
     return p;
 }
 
