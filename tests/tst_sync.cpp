@@ -3,6 +3,11 @@
 // and evaluation sharded over the workers equals one evaluation of the whole held-out set.
 #include "testutil.h"
 
+#include "communicator.h"
+
+#include <atomic>
+#include <thread>
+
 using namespace syncopate;
 using namespace syncopate::test;
 using nlohmann::json;
@@ -21,6 +26,7 @@ private Q_SLOTS:
     void prefetchDepthKeepsTheRun();
     void syncBatchNormEqualsOneBigBatch();
     void inputBoundStepsWaitForData();
+    void spinningBarrierOpensAndCancels();
 };
 
 static json small(int workers, int batch, const char *optimizer, bool shuffle)
@@ -32,27 +38,40 @@ static json small(int workers, int batch, const char *optimizer, bool shuffle)
                 {"eval", {{"samples", 0}}}};
 }
 
+// Four and two workers (two on a 2-core machine spin at the barrier rather than sleep); with a
+// straggler (worker 1 four times slower, then worker 0) the fast one waits at every barrier and
+// the mean must still be the one big batch's.
 void TestSync::workersEqualOneBigBatch_data()
 {
     QTest::addColumn<QString>("optimizer");
     QTest::addColumn<bool>("shuffle");
-    for (const char *o : {"sgd", "momentum", "adam"})
-        for (bool s : {false, true})
-            QTest::newRow(qPrintable(QString::fromLatin1(o) + (s ? QStringLiteral(" shuffled") : QString())))
-                << QString::fromLatin1(o) << s;
+    QTest::addColumn<int>("workers");
+    QTest::addColumn<QString>("slowdown");
+    for (int workers : {4, 2})
+        for (const char *o : {"sgd", "momentum", "adam"})
+            for (bool s : {false, true})
+                QTest::newRow(qPrintable(QStringLiteral("%1 workers, %2%3").arg(workers).arg(QLatin1String(o), s ? QStringLiteral(" shuffled") : QString())))
+                    << QString::fromLatin1(o) << s << workers << QString();
+    QTest::newRow("2 workers, momentum, worker 1 slow") << QStringLiteral("momentum") << true << 2 << QStringLiteral("[1, 4]");
+    QTest::newRow("2 workers, adam, worker 0 slow") << QStringLiteral("adam") << true << 2 << QStringLiteral("[4, 1]");
 }
 
 void TestSync::workersEqualOneBigBatch()
 {
     QFETCH(QString, optimizer);
     QFETCH(bool, shuffle);
+    QFETCH(int, workers);
+    QFETCH(QString, slowdown);
     const std::string o = optimizer.toStdString();
-    auto four = runToEnd(small(4, 16, o.c_str(), shuffle));
+    json c = small(workers, 64 / workers, o.c_str(), shuffle);
+    if (!slowdown.isEmpty())
+        c["workers_slowdown"] = json::parse(slowdown.toStdString());
+    auto many = runToEnd(c);
     auto one = runToEnd(small(1, 64, o.c_str(), shuffle));
-    QCOMPARE(four->state(), RunState::Finished);
+    QCOMPARE(many->state(), RunState::Finished);
     QCOMPARE(one->state(), RunState::Finished);
-    const auto a = four->finalParams(), b = one->finalParams();
-    QVERIFY(a != four->initialParams()); // it trained
+    const auto a = many->finalParams(), b = one->finalParams();
+    QVERIFY(a != many->initialParams()); // it trained
     const double diff = maxAbsoluteDifference(a, b);
     QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |difference| %1").arg(diff)));
 }
@@ -267,6 +286,49 @@ void TestSync::syncBatchNormEqualsOneBigBatch()
     // Evaluated with running statistics: the same held-out loss as the single worker's.
     QVERIFY(!four->evalHistory().empty());
     QVERIFY(std::abs(four->evalHistory().back().loss - one->evalHistory().back().loss) < 1e-4);
+}
+
+// The barrier that spins before it sleeps (two workers with a core each): every round opens
+// only when all have arrived, each waiter learns the last arrival's time, whether it was still
+// spinning (a 1 s spin) or asleep (no spin), and a cancel ends a spin or a sleep at once.
+void TestSync::spinningBarrierOpensAndCancels()
+{
+    for (const std::int64_t spin : {std::int64_t(1'000'000'000), std::int64_t(0)}) {
+        CancellableBarrier barrier(3, spin);
+        std::atomic<int> arrived{0};
+        std::atomic<bool> early{false};
+        std::vector<std::int64_t> released(3 * 50, -1);
+        auto party = [&](int p) {
+            for (int round = 0; round < 50; ++round) {
+                ++arrived;
+                std::int64_t at = -1;
+                if (!barrier.arriveAndWait(round * 10 + p, &at))
+                    return;
+                if (arrived.load() < 3 * (round + 1))
+                    early = true;
+                released[std::size_t(round * 3 + p)] = at;
+            }
+        };
+        std::thread a(party, 0), b(party, 1);
+        party(2);
+        a.join();
+        b.join();
+        QVERIFY2(!early, "a waiter left before every party had arrived");
+        for (int round = 0; round < 50; ++round) {
+            const std::int64_t last = released[std::size_t(round * 3)];
+            QVERIFY(last >= round * 10 && last < round * 10 + 3);
+            QCOMPARE(released[std::size_t(round * 3 + 1)], last);
+            QCOMPARE(released[std::size_t(round * 3 + 2)], last);
+        }
+        // One party waits (spinning or asleep) until cancelled; a later arrival is refused.
+        CancellableBarrier lonely(2, spin);
+        std::atomic<int> result{-1};
+        std::thread waiter([&] { result = lonely.arriveAndWait() ? 1 : 0; });
+        lonely.cancel();
+        waiter.join();
+        QCOMPARE(result.load(), 0);
+        QVERIFY(!lonely.arriveAndWait());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestSync)
