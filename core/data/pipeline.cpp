@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <tbb/task_arena.h>
+
+#include <pthread.h>
 
 namespace syncopate {
 
@@ -70,8 +73,22 @@ void InputPipeline::shutSlots()
         publish(b, kClosed);
 }
 
+namespace {
+thread_local bool t_named = false;
+} // namespace
+
+void InputPipeline::markNamedThread() { t_named = true; }
+
 void InputPipeline::produce()
 {
+    if (!t_named) {
+        // Only a name taken from a worker: a thread of the application's own (the GUI's, when
+        // it closes a pipeline) keeps its name.
+        char name[16] = {};
+        if (pthread_getname_np(pthread_self(), name, sizeof name) == 0 && std::strncmp(name, "syncopate-w", 11) == 0)
+            pthread_setname_np(pthread_self(), "syncopate-tbb");
+        t_named = true;
+    }
     auto stopped = [&] {
         return m_closing.load(std::memory_order_acquire) || m_runStop.load(std::memory_order_relaxed);
     };

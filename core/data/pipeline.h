@@ -40,6 +40,13 @@ public:
         bool waited() const { return waitTo > waitFrom; }
     };
 
+    // Called by a thread that names itself (a worker): a producer that runs there while the
+    // worker waits for its batch keeps that name. Any other thread that runs a producer is one
+    // of oneTBB's, which take the name of the thread that first handed oneTBB work; one that
+    // took a worker's (top -H and perf showed batch assembly as worker 0's) is renamed
+    // syncopate-tbb.
+    static void markNamedThread();
+
     // stop: the run's stop flag; set, the producer ends and a waiting step returns at once.
     InputPipeline(const Dataset &data, const BatchSampler &sampler, int worker, int rows,
                   int depth, double costUs, const RunClock &clock, const std::atomic<bool> &stop);

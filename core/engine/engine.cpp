@@ -455,6 +455,7 @@ nlohmann::json Engine::summary() const
 void Engine::supervise()
 {
     pthread_setname_np(pthread_self(), "syncopate-run");
+    InputPipeline::markNamedThread();
     m_strategy->beforeWorkers();
     for (auto &w : m_workers) {
         WorkerState *ws = w.get();
@@ -547,6 +548,7 @@ void Engine::runWorker(WorkerState &w)
     // Named so that a profiler, a debugger or top -H shows which thread is which worker.
     const std::string name = "syncopate-w" + std::to_string(w.index);
     pthread_setname_np(pthread_self(), name.c_str());
+    InputPipeline::markNamedThread();
     try {
         // Per-thread library state (OpenMP's thread count) before the first step, so that
         // setting it up is not timed as a step and allocates nothing inside one.
