@@ -24,6 +24,14 @@ private Q_SLOTS:
     void importRowsThinToTheirRank();
 };
 
+static TimelineRow row(int worker, bool dataLane)
+{
+    TimelineRow r;
+    r.worker = worker;
+    r.dataLane = dataLane;
+    return r;
+}
+
 static std::vector<Record> uniform(std::size_t n, std::int64_t period, std::int64_t length,
                                    Phase phase = Phase::Forward)
 {
@@ -134,8 +142,8 @@ void TestTimelineLayout::lookup()
 
 void TestTimelineLayout::runsStackUnderHeadings()
 {
-    const std::vector<TimelineRow> a{{0, false}, {1, false}};
-    const std::vector<TimelineRow> b{{0, false}, {0, true}, {1, false}, {1, true}, {2, false}, {2, true}};
+    const std::vector<TimelineRow> a{row(0, false), row(1, false)};
+    const std::vector<TimelineRow> b{row(0, false), row(0, true), row(1, false), row(1, true), row(2, false), row(2, true)};
     const auto alone = stackRuns({&a});
     QCOMPARE(alone.size(), std::size_t(2));
     QVERIFY(!alone[0].heading());
@@ -177,9 +185,9 @@ void TestTimelineLayout::labelsThin()
     const double labelPx = 16;
     std::vector<TimelineRow> rows;
     for (int w = 0; w < workers; ++w) {
-        rows.push_back({w, false});
+        rows.push_back(row(w, false));
         if (lanes)
-            rows.push_back({w, true});
+            rows.push_back(row(w, true));
     }
     const auto stack = stackRuns(std::vector<const std::vector<TimelineRow> *>(std::size_t(runs), &rows));
     const auto shown = labelledSlots(stack, pxPerSlot, labelPx);
