@@ -426,7 +426,6 @@ void TestTimelineStack::cachedDrawingEqualsAFullDraw()
     };
     std::size_t next = 0;
     int scrolled = 0, frames = 0;
-    std::size_t rowStrips = 0;
     double worst = 0;
     for (std::int64_t t = 40 * kMs; next < all.size(); t += 40 * kMs) { // 25 frames a second of run time
         std::vector<Record> batch;
@@ -451,13 +450,8 @@ void TestTimelineStack::cachedDrawingEqualsAFullDraw()
         worst = std::max(worst, double(differ) / double(a.width() * a.height()));
         ++frames;
     }
-    rowStrips = view.plottable_()->rowStripsDrawn();
-    qInfo("%d frames, %d scrolled, %zu rows redrawn on their own; at worst %.4f%% of the pixels differ",
-          frames, scrolled, rowStrips, 100 * worst);
+    qInfo("%d frames, %d scrolled; at worst %.4f%% of the pixels differ", frames, scrolled, 100 * worst);
     QVERIFY2(frames > 100, qPrintable(QString::number(frames)));
-    // The prefetch lanes' spans (recorded when the batch is used) and the late pause redraw
-    // their own rows back to where they started, not every row.
-    QVERIFY2(rowStrips > std::size_t(frames), qPrintable(QString::number(rowStrips)));
     QVERIFY2(scrolled > frames / 2, qPrintable(QStringLiteral("%1 of %2 frames scrolled").arg(scrolled).arg(frames)));
     // Edges of a mark can fall on the other side of a pixel centre after a shift (a rounding in
     // the last bit); anything missing or stale would be whole marks.

@@ -45,38 +45,16 @@ void RunData::append(const std::vector<Record> &records)
     m_trace->append(records);
     if (m_trace->rowCount() != m_rows.size())
         listRows();
-    constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
-    std::int64_t earliest = kNone;
-    // The oldest mark's row vector is reused: a live run appends 30-50 times a second.
-    std::vector<std::int64_t> rows;
-    if (m_appendMarks.size() >= kMarksKept) {
+    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
+    for (const Record &r : records)
+        if (r.isSpan())
+            earliest = std::min(earliest, r.start);
+    m_appended += records.size();
+    m_appendMarks.push_back({m_appended, earliest});
+    if (m_appendMarks.size() > 512) {
         m_forgottenUpTo = m_appendMarks.front().appendedAfter;
-        rows = std::move(m_appendMarks.front().rowEarliest);
         m_appendMarks.pop_front();
     }
-    rows.assign(m_trace->rowCount(), kNone);
-    for (const Record &r : records)
-        if (r.isSpan()) {
-            earliest = std::min(earliest, r.start);
-            const std::size_t row = m_trace->rowOf(r);
-            if (row < rows.size())
-                rows[row] = std::min(rows[row], r.start);
-        }
-    m_appended += records.size();
-    m_appendMarks.push_back({m_appended, earliest, std::move(rows)});
-}
-
-bool RunData::earliestStartsSince(std::uint64_t appended, std::vector<std::int64_t> &perRow) const
-{
-    perRow.assign(m_trace->rowCount(), std::numeric_limits<std::int64_t>::max());
-    if (appended >= m_appended)
-        return true;
-    if (appended < m_forgottenUpTo)
-        return false;
-    for (auto it = m_appendMarks.rbegin(); it != m_appendMarks.rend() && it->appendedAfter > appended; ++it)
-        for (std::size_t r = 0; r < it->rowEarliest.size() && r < perRow.size(); ++r)
-            perRow[r] = std::min(perRow[r], it->rowEarliest[r]);
-    return true;
 }
 
 std::int64_t RunData::earliestStartSince(std::uint64_t appended) const

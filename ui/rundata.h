@@ -62,9 +62,6 @@ public:
     // nothing came since; INT64_MIN when that is too long ago to say.
     std::uint64_t appended() const { return m_appended; }
     std::int64_t earliestStartSince(std::uint64_t appended) const;
-    // The same per row of trace() (perRow[r], INT64_MAX where nothing came); false when it is
-    // too long ago to say.
-    bool earliestStartsSince(std::uint64_t appended, std::vector<std::int64_t> &perRow) const;
 
     const TraceModel &trace() const { return *m_trace; }
     // Grows by the evaluator's row when its first span comes in.
@@ -110,10 +107,8 @@ private:
     struct AppendMark {
         std::uint64_t appendedAfter;
         std::int64_t earliestStart;
-        std::vector<std::int64_t> rowEarliest; // per row; shorter: INT64_MAX past its end
     };
-    static constexpr std::size_t kMarksKept = 512;
-    std::deque<AppendMark> m_appendMarks; // the last kMarksKept append() calls
+    std::deque<AppendMark> m_appendMarks; // the last few hundred append() calls
     std::uint64_t m_appended = 0;
     std::uint64_t m_forgottenUpTo = 0; // records of the calls dropped from m_appendMarks
 };

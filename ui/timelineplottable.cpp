@@ -223,68 +223,59 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
     const long shiftPx = std::lround(shift * dpr);
     reuse = reuse && shiftPx >= 0 && std::abs(shift * dpr - double(shiftPx)) < 1e-3 &&
             shiftPx < c.image.width();
-    c.opaque = opaque; // what redrawColumns clears to and draws beneath the marks
     const double right = double(area.left() + area.width());
-    const long width = reuse ? long(c.image.width()) : 0;
+    double fromX = area.left();
     long fromPx = 0;
-    m_slotFrom.assign(m_slots.size(), right);
+    const QRgb clear = opaque ? m_backdrop.rgba() : 0u;
     if (reuse) {
         // Redraw the time that came into view and whatever arrived since the last frame: spans
-        // are recorded when they end, so one that started long ago may be new. Where the rows'
-        // cells are apart by whole pixels, a row whose new span started before the strip is
-        // redrawn back to it alone (a batch's data span, recorded when it is used, starts
-        // steps back: every row redrawn from there was most of a live view's drawing).
-        const long stripPx = std::max(0L, width - shiftPx);
-        const double stripX = area.left() + double(stripPx) / dpr;
-        double fromX = stripX;
-        bool perRow = rowCellsApart(dpr);
+        // are recorded when they end, so one that started long ago may be new.
+        fromX = right - double(shiftPx) / dpr;
         for (std::size_t i = 0; i < m_runs.size(); ++i) {
-            if (!m_runs[i]->earliestStartsSince(c.appended[i], m_since)) {
+            const std::int64_t since = m_runs[i]->earliestStartSince(c.appended[i]);
+            if (since == std::numeric_limits<std::int64_t>::min())
                 fromX = area.left();
-                perRow = false;
-                continue;
-            }
-            for (std::size_t s = 0; s < m_slots.size(); ++s) {
-                const TimelineSlot &slot = m_slots[s];
-                if (slot.heading() || slot.run != i || std::size_t(slot.row) >= m_since.size() ||
-                    m_since[std::size_t(slot.row)] == std::numeric_limits<std::int64_t>::max())
-                    continue;
-                const double x = std::floor(mapping.toPixel(double(m_since[std::size_t(slot.row)]))) - 1.0;
-                m_slotFrom[s] = std::min(m_slotFrom[s], x);
-                fromX = std::min(fromX, x);
-            }
+            else if (since != std::numeric_limits<std::int64_t>::max())
+                fromX = std::min(fromX, std::floor(mapping.toPixel(double(since))) - 1.0);
         }
         fromX = std::max(fromX, double(area.left()));
         // Whole device pixels, so that the strip's edge meets the scrolled part exactly.
-        fromPx = std::clamp(long(std::floor((fromX - area.left()) * dpr)), 0L, width);
+        fromPx = std::clamp(long(std::floor((fromX - area.left()) * dpr)), 0L, long(c.image.width()));
+        fromX = area.left() + double(fromPx) / dpr;
         // The image is a ring: sliding the view moves where its left edge is instead of moving
         // every pixel (a memmove of the whole image each frame was a twentieth of the GUI
-        // thread's time).
+        // thread's time). The columns from fromPx on are cleared for the strip.
+        const long width = c.image.width();
         c.offset = (c.offset + shiftPx) % width;
-        m_lastFull = false;
-        if (!perRow || fromPx >= stripPx) {
-            redrawColumns(area, mapping, fromPx, width);
-        } else {
-            redrawColumns(area, mapping, stripPx, width);
-            for (std::size_t s = 0; s < m_slots.size(); ++s) {
-                const long from = std::clamp(long(std::floor((m_slotFrom[s] - area.left()) * dpr)), 0L, stripPx);
-                if (from >= stripPx)
-                    continue;
-                const auto [top, bottom] = cellRows(s, area, dpr);
-                if (bottom <= top)
-                    continue;
-                redrawColumns(area, mapping, from, stripPx, s, top, bottom);
-                ++m_rowStrips;
+        for (const auto &[physical, columns] : ringPieces(c.offset, width, fromPx, width))
+            for (int y = 0; y < c.image.height(); ++y) {
+                auto *line = reinterpret_cast<QRgb *>(c.image.scanLine(y));
+                std::fill(line + physical, line + physical + columns, clear);
             }
-        }
     } else {
         c.image = QImage(QSize(int(std::ceil(area.width() * dpr)), int(std::ceil(area.height() * dpr))),
                          opaque ? QImage::Format_RGB32 : QImage::Format_ARGB32_Premultiplied);
         c.image.setDevicePixelRatio(dpr);
-        c.image.fill(opaque ? m_backdrop.rgba() : 0u);
+        c.image.fill(clear);
         c.offset = 0;
-        m_lastFull = true;
-        redrawColumns(area, mapping, 0, long(c.image.width()));
+    }
+    m_lastFull = !reuse;
+    const long width = c.image.width();
+    if (fromX < right) {
+        m_lastMarks = 0;
+        QCPPainter p(&c.image);
+        long logical = fromPx; // the strip's columns, in at most two pieces of the ring
+        for (const auto &[physical, columns] : ringPieces(c.offset, width, fromPx, width)) {
+            const double x0 = area.left() + double(logical) / dpr, x1 = area.left() + double(logical + columns) / dpr;
+            p.save();
+            p.translate(double(physical - logical) / dpr - area.left(), -area.top());
+            p.setClipRect(QRectF(x0, area.top(), x1 - x0, area.height()));
+            if (opaque)
+                drawGrid(&p);
+            drawSlots(&p, area, mapping, x0, x1);
+            p.restore();
+            logical += columns;
+        }
     }
     c.area = area;
     c.dpr = dpr;
@@ -292,6 +283,7 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
     c.nsPerPixel = nsPerPixel;
     c.values = mValueAxis->range();
     c.lineScale = m_lineScale;
+    c.opaque = opaque;
     c.tickStep = tickStep();
     c.runs = std::move(runs);
     c.rows = std::move(rows);
@@ -300,70 +292,10 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
         c.appended.push_back(r->appended());
     // The view's left edge is at column offset of the ring: two copies, end to end.
     const double height = c.image.height();
-    const long ringWidth = c.image.width();
-    painter->drawImage(QPointF(area.topLeft()), c.image, QRectF(double(c.offset), 0, double(ringWidth - c.offset), height));
+    painter->drawImage(QPointF(area.topLeft()), c.image, QRectF(double(c.offset), 0, double(width - c.offset), height));
     if (c.offset > 0)
-        painter->drawImage(QPointF(area.left() + double(ringWidth - c.offset) / dpr, area.top()), c.image,
+        painter->drawImage(QPointF(area.left() + double(width - c.offset) / dpr, area.top()), c.image,
                            QRectF(0, 0, double(c.offset), height));
-}
-
-void TimelinePlottable::redrawColumns(const QRect &area, const TimeMapping &mapping, long from, long to,
-                                      std::size_t only, int top, int bottom)
-{
-    Cache &c = m_cache;
-    const long width = c.image.width();
-    if (bottom < 0)
-        bottom = c.image.height();
-    if (to <= from || bottom <= top)
-        return;
-    const qreal dpr = c.image.devicePixelRatio();
-    const QRgb clear = c.opaque ? m_backdrop.rgba() : 0u;
-    for (const auto &[physical, columns] : ringPieces(c.offset, width, from, to))
-        for (int y = top; y < bottom; ++y) {
-            auto *line = reinterpret_cast<QRgb *>(c.image.scanLine(y));
-            std::fill(line + physical, line + physical + columns, clear);
-        }
-    if (only == std::size_t(-1))
-        m_lastMarks = 0;
-    QCPPainter p(&c.image);
-    long logical = from; // the columns, in at most two pieces of the ring
-    for (const auto &[physical, columns] : ringPieces(c.offset, width, from, to)) {
-        const double x0 = area.left() + double(logical) / dpr, x1 = area.left() + double(logical + columns) / dpr;
-        p.save();
-        p.translate(double(physical - logical) / dpr - area.left(), -area.top());
-        p.setClipRect(QRectF(x0, area.top() + top / dpr, x1 - x0, (bottom - top) / dpr));
-        if (c.opaque)
-            drawGrid(&p);
-        drawSlots(&p, area, mapping, x0, x1, only);
-        p.restore();
-        logical += columns;
-    }
-}
-
-std::pair<int, int> TimelinePlottable::cellRows(std::size_t slot, const QRect &area, qreal dpr) const
-{
-    // The slot's cell, [center - 0.5, center + 0.5], in the image's rows: the cells of adjacent
-    // slots share their boundary and round it alike, so the rows are each one's alone.
-    const double y0 = mValueAxis->coordToPixel(rowCenter(slot) - 0.5);
-    const double y1 = mValueAxis->coordToPixel(rowCenter(slot) + 0.5);
-    const int height = m_cache.image.height();
-    const int top = std::clamp(int(std::lround((std::min(y0, y1) - area.top()) * dpr)), 0, height);
-    const int bottom = std::clamp(int(std::lround((std::max(y0, y1) - area.top()) * dpr)), 0, height);
-    return {top, bottom};
-}
-
-bool TimelinePlottable::rowCellsApart(qreal dpr) const
-{
-    // A row may be redrawn within its own cell where nothing another slot draws reaches into
-    // it: no headings (their band and rule span the cell's edge), and the gap between a row's
-    // marks and its cell's edge at least two device pixels (rounding takes up to one).
-    if (std::any_of(m_slots.begin(), m_slots.end(), [](const TimelineSlot &s) { return s.heading(); }))
-        return false;
-    const double pxPerSlot = std::abs(mValueAxis->coordToPixel(1.0) - mValueAxis->coordToPixel(0.0)) * dpr;
-    double minGap = 0.5;
-    for (std::size_t s = 0; s < m_slots.size(); ++s)
-        minGap = std::min(minGap, 0.5 - rowHalfHeight(s));
-    return minGap * pxPerSlot >= 2.0;
 }
 
 std::array<std::pair<long, long>, 2> TimelinePlottable::ringPieces(long offset, long width, long from, long to)
@@ -381,7 +313,7 @@ std::array<std::pair<long, long>, 2> TimelinePlottable::ringPieces(long offset, 
 }
 
 void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const TimeMapping &full, double fromX,
-                                  double toX, std::size_t only)
+                                  double toX)
 {
     // The strip from fromX to toX (the right edge by default), on the same scale as the view.
     const double right = double(area.left() + area.width());
@@ -395,12 +327,8 @@ void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const Ti
     painter->setBrushOrigin(QPointF(origin - 64.0 * std::floor((origin - area.left()) / 64.0), area.top()));
     // Only the slots in view are visited: the cost follows the rows shown, not the runs held.
     const QCPRange values = mValueAxis->range();
-    auto firstSlot = std::size_t(std::clamp(std::floor(values.lower), 0.0, double(m_slots.size())));
-    auto endSlot = std::size_t(std::clamp(std::ceil(values.upper) + 1, 0.0, double(m_slots.size())));
-    if (only != std::size_t(-1)) {
-        firstSlot = std::max(firstSlot, only);
-        endSlot = std::min(endSlot, only + 1);
-    }
+    const auto firstSlot = std::size_t(std::clamp(std::floor(values.lower), 0.0, double(m_slots.size())));
+    const auto endSlot = std::size_t(std::clamp(std::ceil(values.upper) + 1, 0.0, double(m_slots.size())));
     for (std::size_t r = firstSlot; r < endSlot; ++r) {
         const double c = rowCenter(r), h = rowHalfHeight(r);
         if (c + h < values.lower || c - h > values.upper)

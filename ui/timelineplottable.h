@@ -43,9 +43,6 @@ public:
     void setLineScale(double scale) { m_lineScale = scale; }
     // Marks laid out by the last draw that drew any (with caching, maybe only a strip).
     std::size_t lastMarkCount() const { return m_lastMarks; }
-    // How many times a row was redrawn back past the new strip on its own (a span that ended
-    // late redraws its row, not every row, from where it started), since the plottable was made.
-    std::size_t rowStripsDrawn() const { return m_rowStrips; }
     // On screen the marks are kept in an image between frames: a view that slid by whole
     // pixels (as following live does) scrolls it and draws only the new time and what arrived
     // since, not every row again. Exports (vector or not) always draw everything.
@@ -74,20 +71,12 @@ protected:
 private:
     void layoutVisible(const RunData &run, std::size_t row, const TimeMapping &mapping);
     void drawHeading(QPainter *painter, std::size_t slot, const QRect &area);
-    // The slots in view (or only slot `only`), their marks from pixel fromX to toX (NaN: the
-    // area's right edge).
+    // The slots in view, their marks from pixel fromX to toX (NaN: the area's right edge).
     void drawSlots(QPainter *painter, const QRect &area, const TimeMapping &mapping, double fromX,
-                   double toX = std::numeric_limits<double>::quiet_NaN(),
-                   std::size_t only = std::size_t(-1));
-    // drawCached's strip from logical column from to to of the ring (only: one slot's cell of
-    // image rows [top, bottom), else the whole height): cleared, then grid and marks drawn.
-    void redrawColumns(const QRect &area, const TimeMapping &mapping, long from, long to,
-                       std::size_t only = std::size_t(-1), int top = 0, int bottom = -1);
+                   double toX = std::numeric_limits<double>::quiet_NaN());
     void drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping);
     void drawGrid(QCPPainter *painter) const;
     bool opaqueImage() const;
-    std::pair<int, int> cellRows(std::size_t slot, const QRect &area, qreal dpr) const;
-    bool rowCellsApart(qreal dpr) const;
     double tickStep() const;
     static std::array<std::pair<long, long>, 2> ringPieces(long offset, long width, long from, long to);
 
@@ -102,9 +91,6 @@ private:
     std::array<Batch, std::size_t(Phase::Count)> m_batches; // one row's marks by phase, reused
     QVector<QRectF> m_hatches;
     std::size_t m_lastMarks = 0;
-    std::size_t m_rowStrips = 0; // rows redrawn further back than the strip, in all
-    std::vector<std::int64_t> m_since;   // one run's rows' earliest new span start, reused
-    std::vector<double> m_slotFrom;      // per slot: the pixel it must be redrawn from
     double m_lineScale = 1.0;
     bool m_caching = true;
     bool m_lastFull = true;

@@ -48,14 +48,6 @@ std::size_t TraceModel::addRow(RowDescriptor desc)
     return r;
 }
 
-std::size_t TraceModel::rowOf(const Record &r) const
-{
-    const auto it = isEvaluator(r, m_workers)
-                        ? m_rowIndex.find({m_workers, int(RowKind::Evaluator), 0})
-                        : m_rowIndex.find({int(r.worker), int(rowKindOf(r, m_dataLanes, m_commLanes)), 0});
-    return it == m_rowIndex.end() ? std::size_t(-1) : it->second;
-}
-
 std::size_t TraceModel::rowFor(const Record &r)
 {
     if (isEvaluator(r, m_workers)) {

@@ -70,8 +70,6 @@ public:
     void setFinestLevel(int level);
 
     std::size_t rowCount() const { return m_rows.size(); }
-    // The row a record appended before went to; size_t(-1) for none.
-    std::size_t rowOf(const Record &r) const;
     const RowDescriptor &row(std::size_t r) const { return m_rows[r].desc; }
     const RowLod &lod(std::size_t r) const;
     // The spans of row r that overlap [t0, t1], sorted by start (replaces out). Throws
