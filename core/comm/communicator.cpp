@@ -1,11 +1,10 @@
 #include "communicator.h"
 
 #include "config.h"
+#include "cpu/cpudevice.h"
 #include "model.h"
 
 #include <unistd.h>
-
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -61,9 +60,7 @@ bool CancellableBarrier::arriveAndWait(std::int64_t arrivedNs, std::int64_t *rel
 
 std::int64_t CancellableBarrier::spinFor(int parties)
 {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int cores = usableCores();
     // Longer than a VM's wake-up (20-60 us), short against a step (hundreds of us): a wait
     // for a straggler spins this long once and then sleeps.
     constexpr std::int64_t kSpinNs = 200'000;

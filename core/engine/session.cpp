@@ -1,6 +1,7 @@
 #include "session.h"
 
-#include <sched.h>
+#include "cpu/cpudevice.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,10 +111,7 @@ int CoreBudget::free() const
 CoreBudget coreBudget()
 {
     CoreBudget b;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    b.cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set))
-                                                        : int(std::max(1u, std::thread::hardware_concurrency()));
+    b.cpus = usableCores();
     double loads[1] = {0};
     if (getloadavg(loads, 1) == 1 && std::isfinite(loads[0]))
         b.load = std::max(0.0, loads[0]);

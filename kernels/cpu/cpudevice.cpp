@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 
 namespace syncopate {
 namespace {
@@ -247,16 +248,16 @@ std::string cpuIsa() { return onednn::cpuIsa(); }
 
 std::string cpuLibrary() { return onednn::version(); }
 
-int defaultThreadsPerWorker(int workers)
+int usableCores()
 {
     cpu_set_t set;
-    int cores = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        cores = CPU_COUNT(&set);
-    if (cores <= 0)
-        cores = 1;
-    return std::max(1, cores / std::max(1, workers));
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return int(std::max(1u, std::thread::hardware_concurrency()));
 }
+
+int defaultThreadsPerWorker(int workers) { return std::max(1, usableCores() / std::max(1, workers)); }
 
 CpuDevice::CpuDevice(int threads) : m_ctx(std::make_unique<onednn::Context>(threads))
 {

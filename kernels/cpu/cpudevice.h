@@ -88,8 +88,12 @@ std::string cpuIsa();
 // The CPU library and its version, e.g. "oneDNN 2.6.3 (OpenMP)".
 std::string cpuLibrary();
 
-// Threads per worker when device.threads_per_worker is 0: the cores this process may use
-// divided by the workers, at least 1.
+// The cores this process may use (its affinity mask; where that cannot be read, the machine's),
+// at least 1.
+int usableCores();
+
+// Threads per worker when device.threads_per_worker is 0: usableCores() divided by the workers,
+// at least 1.
 int defaultThreadsPerWorker(int workers);
 
 } // namespace syncopate
