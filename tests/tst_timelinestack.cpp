@@ -596,15 +596,21 @@ void TestTimelineStack::liveFramesRepaintOnlyThePlot()
     std::size_t next = 0;
     int frames = 0;
     QRegion liveFrame;
+    int strips = 0;
     for (std::int64_t t = 40 * kMs; next < all.size(); t += 40 * kMs) {
         std::vector<Record> batch;
         while (next < all.size() && all[next].end <= t)
             batch.push_back(all[next++]);
         live->append(batch);
+        const int painted = regions.partial + regions.full; // a scrolled frame paints at once
         view.refresh();
-        const int painted = regions.partial + regions.full;
         QVERIFY(QTest::qWaitFor([&] { return regions.partial + regions.full > painted; }));
         liveFrame = regions.last;
+        // The plot scrolled, and only the strip drawn anew was painted (above the time axis'
+        // line on the plot's bottom row, which is repainted with its tick labels).
+        const QRect above = view.axisRect()->rect().adjusted(0, 0, 0, -1);
+        if (liveFrame.boundingRect().height() < 700 && (liveFrame & above).boundingRect().width() < above.width() / 2)
+            ++strips;
         if (++frames % 10)
             continue;
         // The window's pixels (the offscreen backing store) against a full drawing now.
@@ -614,6 +620,7 @@ void TestTimelineStack::liveFramesRepaintOnlyThePlot()
         QVERIFY2(shown == whole, qPrintable(QStringLiteral("frame %1 differs from a full drawing").arg(frames)));
     }
     QVERIFY2(regions.partial > frames / 2, qPrintable(QStringLiteral("%1 partial of %2 paints").arg(regions.partial).arg(regions.partial + regions.full)));
+    QVERIFY2(strips > frames / 2, qPrintable(QStringLiteral("%1 of %2 frames painted a strip of the plot").arg(strips).arg(frames)));
     const QRect plot = view.axisRect()->rect();
     QVERIFY2(!liveFrame.isEmpty() && !liveFrame.intersects(QRect(0, 0, view.width(), plot.top() - 2)),
              "a live frame repainted the title");

@@ -198,55 +198,79 @@ double TimelinePlottable::tickStep() const
     return ticks.size() >= 2 ? ticks[1] - ticks[0] : 0.0;
 }
 
-void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping)
+TimelinePlottable::Plan TimelinePlottable::plan(const QRect &area, const TimeMapping &mapping, qreal dpr) const
 {
-    Cache &c = m_cache;
-    const qreal dpr = painter->device() ? painter->device()->devicePixelRatioF() : 1.0;
-    std::vector<const RunData *> runs;
-    std::vector<std::size_t> rows;
+    const Cache &c = m_cache;
+    Plan plan;
     for (const RunDataPtr &r : m_runs) {
-        runs.push_back(r.get());
-        rows.push_back(r->rows().size());
+        plan.runs.push_back(r.get());
+        plan.rows.push_back(r->rows().size());
     }
     const double nsPerPixel = mapping.nsPerPixel();
-    // With an opaque backdrop the image holds what lies beneath the marks too (the backdrop
-    // and the key axis' grid): it is copied onto the plot, not blended, and the paint buffer
-    // need not be filled beneath it (TimelineView::updateLayout).
-    const bool opaque = opaqueImage();
+    plan.opaque = opaqueImage();
     bool reuse = !c.image.isNull() && c.area == area && c.dpr == dpr && c.values == mValueAxis->range() &&
-                 c.lineScale == m_lineScale && c.runs == runs && c.rows == rows && c.opaque == opaque &&
+                 c.lineScale == m_lineScale && c.runs == plan.runs && c.rows == plan.rows && c.opaque == plan.opaque &&
                  std::abs(c.tickStep - tickStep()) <= 1e-9 * std::abs(c.tickStep) &&
                  std::abs(c.nsPerPixel - nsPerPixel) <= 1e-9 * nsPerPixel;
     // Reused when the view slid right by whole device pixels (TimelineView::refresh snaps the
     // live window to them).
     const double shift = reuse ? (mapping.startNs() - c.startNs) / nsPerPixel : 0.0;
     const long shiftPx = std::lround(shift * dpr);
-    reuse = reuse && shiftPx >= 0 && std::abs(shift * dpr - double(shiftPx)) < 1e-3 &&
-            shiftPx < c.image.width();
+    reuse = reuse && shiftPx >= 0 && std::abs(shift * dpr - double(shiftPx)) < 1e-3 && shiftPx < c.image.width();
+    if (!reuse)
+        return plan;
+    // Redraw the time that came into view and whatever arrived since the last frame: spans
+    // are recorded when they end, so one that started long ago may be new.
     const double right = double(area.left() + area.width());
-    double fromX = area.left();
-    long fromPx = 0;
+    double fromX = right - double(shiftPx) / dpr;
+    for (std::size_t i = 0; i < m_runs.size(); ++i) {
+        const std::int64_t since = m_runs[i]->earliestStartSince(c.appended[i]);
+        if (since == std::numeric_limits<std::int64_t>::min())
+            fromX = area.left();
+        else if (since != std::numeric_limits<std::int64_t>::max())
+            fromX = std::min(fromX, std::floor(mapping.toPixel(double(since))) - 1.0);
+    }
+    fromX = std::max(fromX, double(area.left()));
+    // Whole device pixels, so that the strip's edge meets the scrolled part exactly.
+    plan.reuse = true;
+    plan.shiftPx = shiftPx;
+    plan.fromPx = std::clamp(long(std::floor((fromX - area.left()) * dpr)), 0L, long(c.image.width()));
+    return plan;
+}
+
+std::optional<TimelinePlottable::NextDraw> TimelinePlottable::nextDraw(qreal dpr) const
+{
+    if (m_runs.empty() || !m_caching || !visible())
+        return std::nullopt;
+    const QRect area = mKeyAxis->axisRect()->rect();
+    const QCPRange keys = mKeyAxis->range();
+    const Plan p = plan(area, TimeMapping(keys.lower * 1e6, keys.upper * 1e6, area.left(), area.width()), dpr);
+    if (!p.reuse)
+        return std::nullopt;
+    return NextDraw{p.shiftPx, p.fromPx};
+}
+
+void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping)
+{
+    Cache &c = m_cache;
+    const qreal dpr = painter->device() ? painter->device()->devicePixelRatioF() : 1.0;
+    Plan plan = this->plan(area, mapping, dpr);
+    const bool reuse = plan.reuse;
+    const bool opaque = plan.opaque;
+    const double nsPerPixel = mapping.nsPerPixel();
+    // With an opaque backdrop the image holds what lies beneath the marks too (the backdrop
+    // and the key axis' grid): it is copied onto the plot, not blended, and the paint buffer
+    // need not be filled beneath it (TimelineView::updateLayout).
+    const double right = double(area.left() + area.width());
+    const long fromPx = plan.fromPx;
+    const double fromX = area.left() + double(fromPx) / dpr;
     const QRgb clear = opaque ? m_backdrop.rgba() : 0u;
     if (reuse) {
-        // Redraw the time that came into view and whatever arrived since the last frame: spans
-        // are recorded when they end, so one that started long ago may be new.
-        fromX = right - double(shiftPx) / dpr;
-        for (std::size_t i = 0; i < m_runs.size(); ++i) {
-            const std::int64_t since = m_runs[i]->earliestStartSince(c.appended[i]);
-            if (since == std::numeric_limits<std::int64_t>::min())
-                fromX = area.left();
-            else if (since != std::numeric_limits<std::int64_t>::max())
-                fromX = std::min(fromX, std::floor(mapping.toPixel(double(since))) - 1.0);
-        }
-        fromX = std::max(fromX, double(area.left()));
-        // Whole device pixels, so that the strip's edge meets the scrolled part exactly.
-        fromPx = std::clamp(long(std::floor((fromX - area.left()) * dpr)), 0L, long(c.image.width()));
-        fromX = area.left() + double(fromPx) / dpr;
         // The image is a ring: sliding the view moves where its left edge is instead of moving
         // every pixel (a memmove of the whole image each frame was a twentieth of the GUI
         // thread's time). The columns from fromPx on are cleared for the strip.
         const long width = c.image.width();
-        c.offset = (c.offset + shiftPx) % width;
+        c.offset = (c.offset + plan.shiftPx) % width;
         for (const auto &[physical, columns] : ringPieces(c.offset, width, fromPx, width))
             for (int y = 0; y < c.image.height(); ++y) {
                 auto *line = reinterpret_cast<QRgb *>(c.image.scanLine(y));
@@ -259,6 +283,7 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
         c.image.fill(clear);
         c.offset = 0;
     }
+    m_lastFromPx = fromPx;
     m_lastFull = !reuse;
     const long width = c.image.width();
     if (fromX < right) {
@@ -285,8 +310,8 @@ void TimelinePlottable::drawCached(QCPPainter *painter, const QRect &area, const
     c.lineScale = m_lineScale;
     c.opaque = opaque;
     c.tickStep = tickStep();
-    c.runs = std::move(runs);
-    c.rows = std::move(rows);
+    c.runs = std::move(plan.runs);
+    c.rows = std::move(plan.rows);
     c.appended.clear();
     for (const RunDataPtr &r : m_runs)
         c.appended.push_back(r->appended());

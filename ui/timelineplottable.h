@@ -12,6 +12,7 @@
 
 #include <array>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include <QImage>
@@ -56,6 +57,17 @@ public:
     bool coversArea() const;
     // Whether the last draw redrew everything (else it scrolled the image and drew a strip).
     bool lastDrawWasFull() const { return m_lastFull; }
+    // What the next on-screen draw of the range now on the axes will do, with nothing appended
+    // in between: scroll its image by shiftPx device pixels and redraw from fromPx (device
+    // pixels from the plot's left edge) on; nullopt where it will draw everything.
+    struct NextDraw {
+        long shiftPx = 0;
+        long fromPx = 0;
+    };
+    std::optional<NextDraw> nextDraw(qreal dpr) const;
+    // Where the last cached draw started redrawing (device pixels from the plot's left edge; 0
+    // when it drew everything).
+    long lastFromPx() const { return m_lastFromPx; }
     // Whether the last row drawn came from its level-of-detail summary rather than raw spans.
     bool lastDrawnFromSummary() const { return m_lastDrawnFromSummary; }
 
@@ -74,6 +86,14 @@ private:
     // The slots in view, their marks from pixel fromX to toX (NaN: the area's right edge).
     void drawSlots(QPainter *painter, const QRect &area, const TimeMapping &mapping, double fromX,
                    double toX = std::numeric_limits<double>::quiet_NaN());
+    struct Plan {
+        bool reuse = false; // else everything is drawn again
+        bool opaque = false;
+        long shiftPx = 0, fromPx = 0;
+        std::vector<const RunData *> runs;
+        std::vector<std::size_t> rows;
+    };
+    Plan plan(const QRect &area, const TimeMapping &mapping, qreal dpr) const;
     void drawCached(QCPPainter *painter, const QRect &area, const TimeMapping &mapping);
     void drawGrid(QCPPainter *painter) const;
     bool opaqueImage() const;
@@ -94,6 +114,7 @@ private:
     double m_lineScale = 1.0;
     bool m_caching = true;
     bool m_lastFull = true;
+    long m_lastFromPx = 0;
     QColor m_backdrop;
     struct Cache {
         // The plot area's marks (over the backdrop and grid when opaque, else transparent

@@ -46,6 +46,35 @@ private:
     QImage m_pixel;
 };
 
+// Draws what paint() draws inside box through a pixmap, painted again only when key changes, where
+// the painter is the raster engine's and may cache (exports keep real text). paint draws in the
+// painter's own coordinates; the pixmap is made with the painter's transform moved by whole
+// pixels, so the text lands as it would in place.
+template <typename Key, typename Paint>
+void drawThroughPixmap(QCPPainter *painter, const QRect &box, const Key &key,
+                       std::tuple<Key, QRect, qreal> &lastKey, QPixmap &pixmap, Paint paint)
+{
+    const bool raster = painter->paintEngine() && painter->paintEngine()->type() == QPaintEngine::Raster;
+    if (!raster || painter->modes().testFlag(QCPPainter::pmNoCaching))
+        return paint(painter);
+    const qreal dpr = painter->device() ? painter->device()->devicePixelRatioF() : 1.0;
+    const auto full = std::make_tuple(key, box, dpr);
+    if (full != lastKey || pixmap.isNull()) {
+        pixmap = QPixmap(QSize(int(std::ceil(box.width() * dpr)), int(std::ceil(box.height() * dpr))));
+        pixmap.setDevicePixelRatio(dpr);
+        pixmap.fill(Qt::transparent);
+        QCPPainter p(&pixmap);
+        p.setRenderHints(painter->renderHints());
+        p.setWorldTransform(painter->worldTransform() * QTransform::fromTranslate(-box.left(), -box.top()));
+        paint(&p);
+        lastKey = full;
+    }
+    const QTransform world = painter->worldTransform(); // past the plot's half-pixel shift
+    painter->setWorldTransform(QTransform());
+    painter->drawPixmap(box.topLeft(), pixmap);
+    painter->setWorldTransform(world);
+}
+
 // The title drawn once into a pixmap and copied after: laying its text out again was a twentieth
 // of the live timeline's work, 30 times a second, for a title that changes with the run shown.
 class CachedTextElement : public QCPTextElement {
@@ -55,34 +84,69 @@ public:
 protected:
     void draw(QCPPainter *painter) override
     {
-        const bool raster = painter->paintEngine() && painter->paintEngine()->type() == QPaintEngine::Raster;
-        if (!raster || painter->modes().testFlag(QCPPainter::pmNoCaching)) // exports keep real text
-            return QCPTextElement::draw(painter);
-        const qreal dpr = painter->device() ? painter->device()->devicePixelRatioF() : 1.0;
-        const auto key = std::make_tuple(mOuterRect, mRect, mText, mainFont(), mainTextColor(), mTextFlags, dpr);
-        if (key != m_key || m_pixmap.isNull()) {
-            m_pixmap = QPixmap(QSize(int(std::ceil(mOuterRect.width() * dpr)), int(std::ceil(mOuterRect.height() * dpr))));
-            m_pixmap.setDevicePixelRatio(dpr);
-            m_pixmap.fill(Qt::transparent);
-            QCPPainter p(&m_pixmap);
-            // The plot's painter moved by whole pixels: the text lands as it would in place.
-            p.setRenderHints(painter->renderHints());
-            p.setWorldTransform(painter->worldTransform() * QTransform::fromTranslate(-mOuterRect.left(), -mOuterRect.top()));
-            QCPTextElement::draw(&p);
-            m_key = key;
-        }
-        const QTransform world = painter->worldTransform(); // past the plot's half-pixel shift
-        painter->setWorldTransform(QTransform());
-        painter->drawPixmap(mOuterRect.topLeft(), m_pixmap);
-        painter->setWorldTransform(world);
+        const auto key = std::make_tuple(mRect, mText, mainFont(), mainTextColor(), mTextFlags);
+        drawThroughPixmap(painter, mOuterRect, key, m_key, m_pixmap, [this](QCPPainter *p) { QCPTextElement::draw(p); });
     }
 
 private:
     QPixmap m_pixmap;
-    std::tuple<QRect, QRect, QString, QFont, QColor, int, qreal> m_key;
+    std::tuple<std::tuple<QRect, QString, QFont, QColor, int>, QRect, qreal> m_key;
 };
 
 } // namespace
+
+// QCustomPlot lays the axis title out (its text shaped twice) on every draw; this axis keeps it
+// in a pixmap, drawn where QCustomPlot would draw it: after the tick labels and the label
+// padding, in a margin grown by its height.
+int TimelineAxis::calculateMargin()
+{
+    const int base = QCPAxis::calculateMargin();
+    return m_title.isEmpty() || !visible() ? base : base + labelPadding() + titleHeight();
+}
+
+int TimelineAxis::titleHeight() const
+{
+    const QFont font = getLabelFont();
+    if (font != m_titleFont || m_title != m_measuredTitle) {
+        m_titleFont = font;
+        m_measuredTitle = m_title;
+        m_titleHeight = QFontMetrics(font).boundingRect(0, 0, 0, 0, Qt::TextDontClip | Qt::AlignCenter, m_title).height();
+    }
+    return m_titleHeight;
+}
+
+void TimelineAxis::setTitle(const QString &title)
+{
+    if (title == m_title)
+        return;
+    m_title = title;
+    mCachedMarginValid = false;
+}
+
+void TimelineAxis::draw(QCPPainter *painter)
+{
+    if (m_labelsLeftOut) {
+        // The frame repaints none of the tick labels' pixels: the line alone (placing each label,
+        // even clipped away, and hashing their font was most of this axis' drawing).
+        const bool ticks = mTicks;
+        mTicks = false;
+        QCPAxis::draw(painter);
+        mTicks = ticks;
+    } else {
+        QCPAxis::draw(painter);
+    }
+    if (m_title.isEmpty() || axisType() != atBottom)
+        return;
+    const QRect rect = axisRect()->rect();
+    const int top = rect.bottom() + offset() + QCPAxis::calculateMargin() - padding() + labelPadding();
+    const QRect box(rect.left(), top, rect.width(), titleHeight());
+    const auto key = std::make_tuple(m_title, getLabelFont(), getLabelColor());
+    drawThroughPixmap(painter, box, key, m_titleKey, m_titlePixmap, [&](QCPPainter *p) {
+        p->setFont(getLabelFont());
+        p->setPen(QPen(getLabelColor()));
+        p->drawText(box, Qt::TextDontClip | Qt::AlignCenter, m_title);
+    });
+}
 
 TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
 {
@@ -91,9 +155,26 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     // paintEvent covers every pixel (the opaque buffer or QCustomPlot's background fill): the
     // widgets beneath need no painting first.
     setAttribute(Qt::WA_OpaquePaintEvent);
+    // Axes of our own in place of QCustomPlot's bottom and left ones, on the same layers.
+    auto replace = [this](QCPAxis *axis) {
+        const QCPAxis::AxisType type = axis->axisType();
+        const QString layer = axis->layer()->name(), gridLayer = axis->grid()->layer()->name();
+        const bool grid = axis->grid()->visible();
+        axisRect()->removeAxis(axis); // and QCustomPlot's pointer to it
+        auto *own = new TimelineAxis(axisRect(), type);
+        axisRect()->addAxis(type, own); // sets xAxis or yAxis again
+        own->setLayer(layer);
+        own->grid()->setLayer(gridLayer);
+        own->grid()->setVisible(grid);
+        return own;
+    };
+    m_timeAxis = replace(xAxis);
+    m_rowAxis = replace(yAxis);
+    axisRect()->setRangeDragAxes(xAxis, yAxis);
+    axisRect()->setRangeZoomAxes(xAxis, yAxis);
     m_plottable = new TimelinePlottable(xAxis, yAxis);
     m_plottable->removeFromLegend(); // the legend lists phases (addPhaseLegend), not the plottable
-    xAxis->setLabel(tr("run time (ms)"));
+    m_timeAxis->setTitle(tr("run time (ms)"));
     yAxis->setRangeReversed(true);
     yAxis->grid()->setVisible(false);
     yAxis->setSubTicks(false);
@@ -311,10 +392,26 @@ void TimelineView::paintEvent(QPaintEvent *event)
     if (!painter.isActive())
         return;
     m_direct = &painter; // updateLayout fills the background once the plot area is known
-    const auto done = qScopeGuard([this] { m_direct = nullptr; });
+    // A live frame repaints the plot and the time axis: the row labels beside the plot are
+    // left out of it unless the region reaches one of them (the last row's, say, below the plot).
+    const QRect plot = axisRect()->rect();
+    const int half = QFontMetrics(yAxis->tickLabelFont()).height() / 2 + 2;
+    int labelsBottom = plot.top();
+    for (auto it = m_rowTicker->ticks().cbegin(); it != m_rowTicker->ticks().cend(); ++it)
+        labelsBottom = std::max(labelsBottom, int(std::ceil(yAxis->coordToPixel(it.key()))) + half);
+    m_rowAxis->setLabelsLeftOut(!event->region().intersects(QRect(QPoint(0, 0), QPoint(plot.left() - 2, labelsBottom))));
+    const auto done = qScopeGuard([this] {
+        m_direct = nullptr;
+        m_rowAxis->setLabelsLeftOut(false);
+    });
     draw(&painter);
     if (event->region().contains(rect()))
         m_paintedChrome = chrome();
+    // A strip wider than planned (records came in between) left pixels the scroll moved but
+    // nobody painted: the plot once more, from the plottable's image.
+    if (m_plannedFromPx >= 0 && m_plottable->lastFromPx() < m_plannedFromPx)
+        update(axisRect()->rect());
+    m_plannedFromPx = -1;
 }
 
 TimelineView::Chrome TimelineView::chrome() const
@@ -382,9 +479,24 @@ void TimelineView::refresh()
         replot(QCustomPlot::rpQueuedReplot);
     } else if (m_paintedChrome && *m_paintedChrome == chrome()) {
         const QRect plot = axisRect()->rect(), outer = axisRect()->outerRect();
-        QRegion live(plot.adjusted(-1, -1, 1, 1)); // and the axes' lines on its edges
-        live += QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1); // tick labels reach past it
-        update(live);
+        // The time axis: its tick labels slide, and reach past the plot's ends.
+        QRegion live(QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1));
+        const auto next = m_plottable->nextDraw(devicePixelRatioF());
+        if (next && devicePixelRatioF() == 1.0 && drawn && m_plottable->coversArea()) {
+            // The plot's pixels slide with the view, so the window system moves them (on X11
+            // the server copies within its own pixmap) and only the strip the plottable draws
+            // anew is painted and sent, not the whole plot 30 times a second. The row axis'
+            // line on the left edge stays; the time axis' on the bottom row is repainted.
+            if (next->shiftPx > 0)
+                scroll(-int(next->shiftPx), 0, QRect(plot.left() + 1, plot.top(), plot.width() - 1, plot.height() - 1));
+            live += QRect(plot.left() + int(next->fromPx), plot.top() - 1, plot.width() - int(next->fromPx) + 1, plot.height() + 2);
+            // Painted now, before any more records come in: the strip is the one planned.
+            m_plannedFromPx = next->fromPx;
+            repaint(live);
+        } else {
+            live += plot.adjusted(-1, -1, 1, 1); // and the axes' lines on its edges
+            update(live);
+        }
     } else {
         update();
     }
@@ -606,3 +718,4 @@ void TimelineView::onSelectionAccepted(const QRect &rect, QMouseEvent *)
 }
 
 } // namespace syncopate
+

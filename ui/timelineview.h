@@ -9,10 +9,37 @@
 #include <qcustomplot.h>
 
 #include <optional>
+#include <tuple>
 
 namespace syncopate {
 
 class TimelinePlottable;
+
+// The timeline's axes (timelineview.cpp): the time axis draws its title from a pixmap, and the
+// row axis leaves its labels out of frames that repaint none of their pixels.
+class TimelineAxis : public QCPAxis {
+public:
+    TimelineAxis(QCPAxisRect *rect, AxisType type) : QCPAxis(rect, type) {}
+    // Drawn by this axis beneath the tick labels (QCPAxis's own label stays empty).
+    void setTitle(const QString &title);
+    const QString &title() const { return m_title; }
+    // For the draws that follow: whether they repaint none of the tick labels' pixels.
+    void setLabelsLeftOut(bool out) { m_labelsLeftOut = out; }
+
+protected:
+    int calculateMargin() override;
+    void draw(QCPPainter *painter) override;
+
+private:
+    int titleHeight() const;
+    QString m_title;
+    bool m_labelsLeftOut = false;
+    mutable QFont m_titleFont;
+    mutable QString m_measuredTitle;
+    mutable int m_titleHeight = 0;
+    QPixmap m_titlePixmap;
+    std::tuple<std::tuple<QString, QFont, QColor>, QRect, qreal> m_titleKey;
+};
 
 class TimelineView : public QCustomPlot {
     Q_OBJECT
@@ -68,6 +95,8 @@ private:
 
     std::vector<RunDataPtr> m_runs;
     TimelinePlottable *m_plottable = nullptr;
+    TimelineAxis *m_timeAxis = nullptr; // xAxis
+    TimelineAxis *m_rowAxis = nullptr;  // yAxis
     QCPTextElement *m_title = nullptr;
     QCPItemRect *m_selection = nullptr;
     QSharedPointer<QCPAxisTickerText> m_rowTicker;
@@ -95,6 +124,7 @@ private:
     };
     Chrome chrome() const;
     std::optional<Chrome> m_paintedChrome;
+    long m_plannedFromPx = -1; // where the plottable's strip starts, for a scrolled live frame
     std::uint64_t m_layoutGeneration = 0; // bumped by whatever changes labels, legend or title
     bool m_follow = true;
     double m_followWindowMs = 1500;
