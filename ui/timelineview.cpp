@@ -482,7 +482,8 @@ void TimelineView::refresh()
         // The time axis: its tick labels slide, and reach past the plot's ends.
         QRegion live(QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1));
         const auto next = m_plottable->nextDraw(devicePixelRatioF());
-        if (next && devicePixelRatioF() == 1.0 && drawn && m_plottable->coversArea()) {
+        // Not while a scrolled frame waits to be painted: the plan is against the last draw.
+        if (next && m_plannedFromPx < 0 && devicePixelRatioF() == 1.0 && drawn && m_plottable->coversArea()) {
             // The plot's pixels slide with the view, so the window system moves them (on X11
             // the server copies within its own pixmap) and only the strip the plottable draws
             // anew is painted and sent, not the whole plot 30 times a second. The row axis'
@@ -490,11 +491,13 @@ void TimelineView::refresh()
             if (next->shiftPx > 0)
                 scroll(-int(next->shiftPx), 0, QRect(plot.left() + 1, plot.top(), plot.width() - 1, plot.height() - 1));
             live += QRect(plot.left() + int(next->fromPx), plot.top() - 1, plot.width() - int(next->fromPx) + 1, plot.height() + 2);
-            // Painted now, before any more records come in: the strip is the one planned.
+            // Should records come in before the paint, paintEvent finds the strip wider.
             m_plannedFromPx = next->fromPx;
-            repaint(live);
+            update(live);
         } else {
             live += plot.adjusted(-1, -1, 1, 1); // and the axes' lines on its edges
+            if (m_plannedFromPx >= 0)
+                m_plannedFromPx = 0; // the whole plot is painted
             update(live);
         }
     } else {
