@@ -426,10 +426,10 @@ void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const Ti
 void TimelinePlottable::layoutVisible(const RunData &run, std::size_t r, const TimeMapping &mapping)
 {
     const TraceModel &trace = run.trace();
-    const RowLod &lod = trace.lod(r);
     const auto t0 = std::int64_t(mapping.startNs()), t1 = std::int64_t(std::ceil(mapping.endNs()));
-    const int level = lod.levelFor(mapping.nsPerPixel());
-    if (lod.countIn(level, t0, t1) <= kRawSpanBudget) {
+    // Counted on the finest level, which is always current: the coarser ones are settled only
+    // for a summary (settling every row's, every live frame, was a thirtieth of the GUI thread).
+    if (trace.spansStartingIn(r, t0, t1) <= kRawSpanBudget) {
         try {
             trace.spansIn(r, t0, t1, m_spans);
             layoutRow(m_spans, mapping, kMinMarkWidthPx, m_marks);
@@ -439,6 +439,8 @@ void TimelinePlottable::layoutVisible(const RunData &run, std::size_t r, const T
             m_marks.clear(); // a damaged row file: its summary still draws
         }
     }
+    const RowLod &lod = trace.lod(r);
+    const int level = lod.levelFor(mapping.nsPerPixel());
     layoutSummary(lod.level(level), RowLod::bucketNs(level), mapping, kMinMarkWidthPx, m_marks);
     m_lastDrawnFromSummary = true;
 }

@@ -436,11 +436,17 @@ void TimelineView::updateLayout()
     });
     if (layoutBasis() == m_laidOut) {
         // Only the range moved: new ticks, same margins (a tick label's height does not depend
-        // on its text, and the row labels have not changed).
-        axisRect()->update(QCPLayoutElement::upPreparation);
+        // on its text, and the row labels have not changed). The time axis' ticks; the row
+        // axis' only when its range moved; none for the hidden top and right axes.
+        m_timeAxis->prepareTicks();
+        if (yAxis->range() != m_rowTicksFor) {
+            m_rowAxis->prepareTicks();
+            m_rowTicksFor = yAxis->range();
+        }
         return;
     }
     QCustomPlot::updateLayout();
+    m_rowTicksFor = yAxis->range();
     // Which row labels fit depends on the axis rect's height, known only now. When it (or the
     // label font) changed, label again and lay out once more: the height does not depend on
     // the labels, so once is enough.

@@ -25,6 +25,8 @@ public:
     const QString &title() const { return m_title; }
     // For the draws that follow: whether they repaint none of the tick labels' pixels.
     void setLabelsLeftOut(bool out) { m_labelsLeftOut = out; }
+    // The ticks for the range now set (what QCPAxisRect prepares for every axis before a draw).
+    void prepareTicks() { setupTickVectors(); }
 
 protected:
     int calculateMargin() override;
@@ -113,6 +115,7 @@ private:
     };
     LayoutBasis layoutBasis() const;
     LayoutBasis m_laidOut;
+    QCPRange m_rowTicksFor; // the row axis' range its ticks were last prepared for
     QCPPainter *m_direct = nullptr; // paintEvent's painter, while it draws onto the widget
     // What was around the plot (title, row labels, legend) when the whole widget was last
     // painted: while it is the same, a live frame repaints only the plot and its time axis.

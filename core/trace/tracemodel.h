@@ -72,6 +72,9 @@ public:
     std::size_t rowCount() const { return m_rows.size(); }
     const RowDescriptor &row(std::size_t r) const { return m_rows[r].desc; }
     const RowLod &lod(std::size_t r) const;
+    // Spans of row r starting in [t0, t1), by its finest summary level's buckets (an estimate
+    // at the edges): current without settling the coarser levels, as lod() does.
+    std::uint64_t spansStartingIn(std::size_t r, std::int64_t t0, std::int64_t t1) const;
     // The spans of row r that overlap [t0, t1], sorted by start (replaces out). Throws
     // StoreError when a row file turns out damaged.
     void spansIn(std::size_t r, std::int64_t t0, std::int64_t t1, std::vector<Record> &out) const;
@@ -156,6 +159,10 @@ private:
     bool m_keepRaw = true;
     mutable std::vector<Row> m_rows;
     std::map<std::tuple<int, int, int>, std::size_t> m_rowIndex; // (worker, kind, sub) -> row
+    // rowFor's answers by worker * RowKind::Count + kind, for workers below kMaxCachedWorkers.
+    static constexpr std::size_t kUnlooked = std::size_t(-2);
+    static constexpr unsigned kMaxCachedWorkers = 4096;
+    std::vector<std::size_t> m_rowOf;
     int m_finestStart = 0; // setFinestLevel's level, for rows made later
     // Per worker and one more, the evaluator's.
     std::vector<std::vector<std::vector<CounterPoint>>> m_counters; // [counter][worker]

@@ -222,6 +222,7 @@ bool TraceModel::loadIndex(const std::string &path)
     m_commLanes = commLanes;
     m_rows = std::move(fresh.m_rows);
     m_rowIndex = std::move(fresh.m_rowIndex);
+    m_rowOf.clear();
     for (std::uint64_t i = 0; i < rows; ++i) {
         RowDescriptor d;
         d.worker = in.get<std::int32_t>();
