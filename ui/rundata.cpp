@@ -10,10 +10,11 @@ RunData::RunData(RunConfig config, QString label)
     : m_config(std::move(config)), m_label(std::move(label)),
       m_trace(std::make_shared<TraceModel>(m_config.workers, m_config.prefetch, m_config.batch))
 {
-    // A live run's view: 256 us buckets and coarser. Finer ones only drew rows denser than
-    // 200000 spans a second (past 20000 spans in view), and building them was most of what
-    // the GUI thread spent taking in 16 workers' spans. The run's own index keeps them all.
-    m_trace->setFinestLevel(3);
+    // A live run's view: 4 ms buckets and coarser. Finer ones only draw a view of 1 to 4 ms a
+    // pixel holding more than 20000 spans of a row (5000 to 20000 spans a second), and with
+    // 1 ms buckets most spans closed a bucket: a twentieth of the GUI thread's time taking in
+    // 16 workers' spans. The run's own index keeps every level for the finished run.
+    m_trace->setFinestLevel(4);
     listRows();
 }
 
