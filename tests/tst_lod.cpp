@@ -339,6 +339,7 @@ void TestLod::timesPastEveryLevel()
         compareSettled(lod, ref);
     }
     QCOMPARE(lod.finestLevel(), RowLod::kLevels);
+    QCOMPARE(lod.countIn(0, std::numeric_limits<std::int64_t>::max()), std::uint64_t(0)); // no level to read
 }
 
 // A live view keeps no level finer than 2: the same coarser levels, none finer, and a late

@@ -260,6 +260,8 @@ int RowLod::levelFor(double ns) const
 
 std::uint64_t RowLod::countIn(int lv, std::int64_t t0, std::int64_t t1) const
 {
+    if (lv < 0 || lv >= kLevels) // every level outgrown (times past 2^61 ns): nothing indexed
+        return 0;
     const auto &b = level(lv);
     const int shift = kFirstShift + 2 * lv;
     const std::int64_t a = std::max<std::int64_t>(0, t0) >> shift;
