@@ -20,9 +20,11 @@
 #include <QCloseEvent>
 #include <QDialog>
 #include <QDialogButtonBox>
+#include <QDir>
 #include <QDockWidget>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFontMetrics>
 #include <QFormLayout>
 #include <QGridLayout>
 #include <QGuiApplication>
@@ -53,6 +55,7 @@
 #include <QWhatsThis>
 
 #include <algorithm>
+#include <initializer_list>
 
 namespace syncopate {
 namespace {
@@ -502,21 +505,31 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
             m_browser->refresh();
     }
     const auto &s = run->summary;
-    QString text = tr("%1 %2: %3 steps, %4 samples/s, stalls %5% of worker time")
-                       .arg(run->label(), QString::fromLatin1(runStateName(run->state)))
-                       .arg(s.value("steps_completed", 0))
-                       .arg(s.value("samples_per_s", 0.0), 0, 'f', 0)
-                       .arg(100 * s.value("stall_fraction", 0.0), 0, 'f', 1);
-    if (s.contains("final_eval_accuracy"))
-        text += tr(", held-out accuracy %1%").arg(100 * s["final_eval_accuracy"].get<double>(), 0, 'f', 1);
-    if (!run->directory().isEmpty())
-        text += tr(". Saved in %1").arg(run->directory());
-    statusBar()->showMessage(text, 15000);
-    // The whole sentence is the message (on the left); beside the progress bar, what stays.
+    // Beside the progress bar, what stays: the run, its steps, its rate and time.
     m_stepLabel->setText(tr("%1 %2, %3 steps").arg(run->label(), QString::fromLatin1(runStateName(run->state)))
                              .arg(s.value("steps_completed", 0)));
     fitStatusLabel(m_stepLabel);
     fitStatusLabel(m_rateLabel);
+    // The message on the left says the rest, without repeating those (a sentence that did was
+    // cut off by them at 1280 pixels), the folder's path elided in its middle to fit the room
+    // left (the run list's tooltip has it whole).
+    QString text = tr("Stalls %1% of worker time").arg(100 * s.value("stall_fraction", 0.0), 0, 'f', 1);
+    if (s.contains("final_eval_accuracy"))
+        text += tr(", held-out accuracy %1%").arg(100 * s["final_eval_accuracy"].get<double>(), 0, 'f', 1);
+    if (!run->directory().isEmpty()) {
+        text += tr(". Saved in ");
+        int room = statusBar()->width() - 32;
+        for (const QWidget *w : std::initializer_list<const QWidget *>{m_stepLabel, m_rateLabel, m_timeLabel, m_progress})
+            if (w->isVisible()) // a label's new text, or the width the bar has
+                room -= std::max(w->sizeHint().width(), w == m_progress ? w->width() : 0) + 8;
+        const QFontMetrics metrics(statusBar()->font());
+        const int left = room - metrics.horizontalAdvance(text);
+        if (left >= 16 * metrics.averageCharWidth())
+            text += metrics.elidedText(QDir::toNativeSeparators(run->directory()), Qt::ElideMiddle, left);
+        else // no room for a useful part of it
+            text = text.left(text.size() - tr(". Saved in ").size()) + QLatin1Char('.');
+    }
+    statusBar()->showMessage(text, 15000);
     Q_EMIT runFinished();
 }
 
