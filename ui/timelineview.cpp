@@ -95,6 +95,43 @@ private:
 
 } // namespace
 
+namespace {
+
+// A QCPGrid that leaves its drawing out while the plottable's opaque image covers the plot.
+class CoverableGrid final : public QCPGrid {
+public:
+    using QCPGrid::QCPGrid;
+    const TimelinePlottable *coveredBy = nullptr;
+
+protected:
+    void draw(QCPPainter *painter) override
+    {
+        if (!coveredBy || !coveredBy->coversArea())
+            QCPGrid::draw(painter);
+    }
+};
+
+} // namespace
+
+TimelineAxis::TimelineAxis(QCPAxisRect *rect, AxisType type) : QCPAxis(rect, type)
+{
+    // In place of QCPAxis' own grid (same layer, pens and visibility: it has just been made).
+    auto *grid = new CoverableGrid(this);
+    grid->setVisible(mGrid->visible());
+    grid->setPen(mGrid->pen());
+    grid->setSubGridPen(mGrid->subGridPen());
+    grid->setZeroLinePen(mGrid->zeroLinePen());
+    grid->setSubGridVisible(mGrid->subGridVisible());
+    grid->setLayer(mGrid->layer());
+    delete mGrid;
+    mGrid = grid;
+}
+
+void TimelineAxis::setGridCoveredBy(const TimelinePlottable *plottable)
+{
+    static_cast<CoverableGrid *>(mGrid)->coveredBy = plottable;
+}
+
 // QCustomPlot lays the axis title out (its text shaped twice) on every draw; this axis keeps it
 // in a pixmap, drawn where QCustomPlot would draw it: after the tick labels and the label
 // padding, in a margin grown by its height.
@@ -173,6 +210,7 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     axisRect()->setRangeDragAxes(xAxis, yAxis);
     axisRect()->setRangeZoomAxes(xAxis, yAxis);
     m_plottable = new TimelinePlottable(xAxis, yAxis);
+    m_timeAxis->setGridCoveredBy(m_plottable);
     m_plottable->removeFromLegend(); // the legend lists phases (addPhaseLegend), not the plottable
     m_timeAxis->setTitle(tr("run time (ms)"));
     yAxis->setRangeReversed(true);

@@ -17,9 +17,13 @@ class TimelinePlottable;
 
 // The timeline's axes (timelineview.cpp): the time axis draws its title from a pixmap, and the
 // row axis leaves its labels out of frames that repaint none of their pixels.
+
 class TimelineAxis : public QCPAxis {
 public:
-    TimelineAxis(QCPAxisRect *rect, AxisType type) : QCPAxis(rect, type) {}
+    TimelineAxis(QCPAxisRect *rect, AxisType type);
+    // The grid is not drawn while this plottable's opaque image covers the plot: the image holds
+    // the same grid lines beneath its marks, and QCPGrid's were painted over every frame.
+    void setGridCoveredBy(const TimelinePlottable *plottable);
     // Drawn by this axis beneath the tick labels (QCPAxis's own label stays empty).
     void setTitle(const QString &title);
     const QString &title() const { return m_title; }
