@@ -209,6 +209,7 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
     m_rowAxis = replace(yAxis);
     axisRect()->setRangeDragAxes(xAxis, yAxis);
     axisRect()->setRangeZoomAxes(xAxis, yAxis);
+    m_plotRect = axisRect();
     m_plottable = new TimelinePlottable(xAxis, yAxis);
     m_timeAxis->setGridCoveredBy(m_plottable);
     m_plottable->removeFromLegend(); // the legend lists phases (addPhaseLegend), not the plottable
@@ -367,7 +368,7 @@ void TimelineView::updateRowLabels()
         m_labelledRows.push_back(run->rows().size());
     const auto &stack = m_plottable->stack();
     const QFontMetrics metrics(yAxis->tickLabelFont());
-    m_labelBasis = {axisRect()->height(), metrics.height()};
+    m_labelBasis = {plotRect()->height(), metrics.height()};
     // 3 runs of 16 workers are 51 slots: in a window a third of the screen high the labels would
     // overlap, so they thin out (labelledSlots: run names always, then every k-th worker).
     const double range = double(stack.size()) + 0.2;
@@ -432,7 +433,7 @@ void TimelineView::paintEvent(QPaintEvent *event)
     m_direct = &painter; // updateLayout fills the background once the plot area is known
     // A live frame repaints the plot and the time axis: the row labels beside the plot are
     // left out of it unless the region reaches one of them (the last row's, say, below the plot).
-    const QRect plot = axisRect()->rect();
+    const QRect plot = plotRect()->rect();
     const int half = QFontMetrics(yAxis->tickLabelFont()).height() / 2 + 2;
     int labelsBottom = plot.top();
     for (auto it = m_rowTicker->ticks().cbegin(); it != m_rowTicker->ticks().cend(); ++it)
@@ -448,13 +449,13 @@ void TimelineView::paintEvent(QPaintEvent *event)
     // A strip wider than planned (records came in between) left pixels the scroll moved but
     // nobody painted: the plot once more, from the plottable's image.
     if (m_plannedFromPx >= 0 && m_plottable->lastFromPx() < m_plannedFromPx)
-        update(axisRect()->rect());
+        update(plotRect()->rect());
     m_plannedFromPx = -1;
 }
 
 TimelineView::Chrome TimelineView::chrome() const
 {
-    return {layoutBasis(), m_labelledRows, axisRect()->rect(), axisRect()->outerRect()};
+    return {layoutBasis(), m_labelledRows, plotRect()->rect(), plotRect()->outerRect()};
 }
 
 void TimelineView::updateLayout()
@@ -468,7 +469,7 @@ void TimelineView::updateLayout()
             return;
         QRegion fill(viewport());
         if (m_plottable->coversArea())
-            fill -= axisRect()->rect();
+            fill -= plotRect()->rect();
         for (const QRect &r : fill)
             m_direct->fillRect(r, mBackgroundBrush);
     });
@@ -488,7 +489,7 @@ void TimelineView::updateLayout()
     // Which row labels fit depends on the axis rect's height, known only now. When it (or the
     // label font) changed, label again and lay out once more: the height does not depend on
     // the labels, so once is enough.
-    if (std::pair{axisRect()->height(), QFontMetrics(yAxis->tickLabelFont()).height()} != m_labelBasis) {
+    if (std::pair{plotRect()->height(), QFontMetrics(yAxis->tickLabelFont()).height()} != m_labelBasis) {
         updateRowLabels();
         QCustomPlot::updateLayout();
     }
@@ -503,7 +504,13 @@ void TimelineView::refresh()
     if (relabel)
         updateRowLabels();
     const bool drawn = std::any_of(m_runs.begin(), m_runs.end(), [](const RunDataPtr &r) { return r->spanCount() > 0; });
-    setPlaceholder(this, drawn ? QString() : emptyPlotText(!m_runs.empty()));
+    // Set again only when it would change (every live frame looked the item up and set its font).
+    const std::tuple<QString, int, QFont> placeholder{drawn ? QString() : emptyPlotText(!m_runs.empty()),
+                                                      legend->itemCount(), font()};
+    if (placeholder != m_placeholderFor) {
+        setPlaceholder(this, std::get<0>(placeholder));
+        m_placeholderFor = placeholder;
+    }
     // Only the primary can be live; the others have ended.
     const RunDataPtr &primary = run();
     if (m_follow && primary && primary->state == RunState::Running) {
@@ -511,7 +518,7 @@ void TimelineView::refresh()
         // The window's left edge on a grid of whole device pixels, so that from one frame to
         // the next the view slides by whole pixels and the plottable scrolls its image rather
         // than drawing every row again.
-        const double px = std::max(1.0, axisRect()->width() * devicePixelRatioF());
+        const double px = std::max(1.0, plotRect()->width() * devicePixelRatioF());
         const double step = m_followWindowMs / px;
         const double lower = std::max(0.0, std::ceil((end - m_followWindowMs) / step) * step);
         xAxis->setRange(lower, std::max(lower + m_followWindowMs, 1e-3));
@@ -522,7 +529,7 @@ void TimelineView::refresh()
     if (!opaqueBuffer()) {
         replot(QCustomPlot::rpQueuedReplot);
     } else if (m_paintedChrome && *m_paintedChrome == chrome()) {
-        const QRect plot = axisRect()->rect(), outer = axisRect()->outerRect();
+        const QRect plot = plotRect()->rect(), outer = plotRect()->outerRect();
         // The time axis: its tick labels slide, and reach past the plot's ends.
         QRegion live(QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1));
         const auto next = m_plottable->nextDraw(devicePixelRatioF());
@@ -635,7 +642,7 @@ bool TimelineView::event(QEvent *event)
 
 QString TimelineView::describeAt(const QPoint &pos) const
 {
-    if (m_runs.empty() || !axisRect()->rect().contains(pos))
+    if (m_runs.empty() || !plotRect()->rect().contains(pos))
         return {};
     const double value = yAxis->pixelToCoord(pos.y());
     const int slot = m_plottable->slotAt(value);
@@ -648,7 +655,7 @@ QString TimelineView::describeAt(const QPoint &pos) const
     if (m_plottable->rowAt(value) < 0)
         return {};
     const double t = xAxis->pixelToCoord(pos.x()) * 1e6;
-    const double nsPerPx = xAxis->range().size() * 1e6 / std::max(1, axisRect()->width());
+    const double nsPerPx = xAxis->range().size() * 1e6 / std::max(1, plotRect()->width());
     const auto &trace = run.trace();
     const auto r = std::size_t(where.row);
     // Only the spans around the cursor are fetched; where there are many, the summary counts.

@@ -101,6 +101,11 @@ private:
 
     std::vector<RunDataPtr> m_runs;
     TimelinePlottable *m_plottable = nullptr;
+    // QCustomPlot's one axis rect: axisRect() walks the whole layout to find it, and a live
+    // frame asked a dozen times (3% of the GUI thread's time).
+    QCPAxisRect *plotRect() const { return m_plotRect; }
+    QCPAxisRect *m_plotRect = nullptr;
+    std::tuple<QString, int, QFont> m_placeholderFor; // what refresh() last set the placeholder for
     TimelineAxis *m_timeAxis = nullptr; // xAxis
     TimelineAxis *m_rowAxis = nullptr;  // yAxis
     QCPTextElement *m_title = nullptr;
