@@ -87,12 +87,18 @@ void printUsage(std::FILE *to)
     std::fputs(kUsage, to);
 }
 
-std::string defaultOutDir()
+std::string defaultOutDir(const char *prefix = "")
 {
-    char buf[64];
+    char stamp[32];
     const std::time_t now = std::time(nullptr);
-    std::strftime(buf, sizeof buf, "runs/%Y%m%d-%H%M%S", std::localtime(&now));
-    return buf;
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    const std::string buf = std::string("runs/") + prefix + stamp;
+    // Two runs started in the same second get folders of their own.
+    std::string dir = buf;
+    std::error_code ec;
+    for (int i = 2; std::filesystem::exists(dir, ec); ++i)
+        dir = buf + "-" + std::to_string(i);
+    return dir;
 }
 
 void drawProgress(std::int64_t done, std::int64_t total, double elapsedS)
@@ -470,7 +476,9 @@ int commandInfo(const std::vector<std::string> &args)
     const TraceModel &t = *run.trace;
     std::printf("run       %s\n", dir.c_str());
     std::printf("status    %s%s\n", s.value("status", "?").c_str(),
-                run.interrupted ? " (the process ended before the run did: everything up to its last flush is here)" : "");
+                run.interrupted ? " (the process ended before the run did: everything up to its last flush is here)"
+                : run.live      ? " (another process is writing it now: this is what it has flushed so far)"
+                                : "");
     if (s.value("source", "") == "kineto")
         std::printf("source    PyTorch profiler trace: %d rank(s) of world size %lld, one worker per rank\n",
                     run.config.workers, (long long)s.value("world_size", 0LL));
@@ -481,8 +489,10 @@ int commandInfo(const std::vector<std::string> &args)
     for (int w = 0; w < t.workers(); ++w)
         steps = std::max<std::int64_t>(steps, std::int64_t(t.counter(CounterId::Loss, w).size()) *
                                                   t.stepsPerPoint(w));
-    std::printf("steps     %lld recorded of %d configured\n",
-                (long long)s.value("steps_completed", steps), run.config.steps);
+    // A run that did not end: its summary.json is seconds older than its row files.
+    const std::int64_t completed = run.interrupted || run.live ? std::max<std::int64_t>(steps, s.value("steps_completed", 0LL))
+                                                               : s.value("steps_completed", steps);
+    std::printf("steps     %lld recorded of %d configured\n", (long long)completed, run.config.steps);
     std::printf("spans     %llu in %zu rows, %llu records in all\n", (unsigned long long)t.spanCount(),
                 t.rowCount(), (unsigned long long)t.recordCount());
     std::printf("time      0 to %.3f s\n", double(t.endNs()) / 1e9);
@@ -498,12 +508,15 @@ int commandInfo(const std::vector<std::string> &args)
         return list;
     }().c_str(), humanBytes(double(bytes)).c_str());
     if (run.tornBytes)
-        std::printf("torn      %llu bytes at the ends of row files dropped (a record cut by the kill)\n",
-                    (unsigned long long)run.tornBytes);
+        std::printf("torn      %llu bytes at the ends of row files dropped (%s)\n", (unsigned long long)run.tornBytes,
+                    run.interrupted || run.live ? "written after their last flush"
+                                                : "the files are shorter than when the run ended");
     printCpu(s);
     if (s.contains("error"))
         std::printf("error     %s\n", s["error"].get<std::string>().c_str());
     for (const auto &p : run.summaryProblems)
+        std::printf("warning   %s\n", p.c_str());
+    for (const auto &p : run.problems)
         std::printf("warning   %s\n", p.c_str());
     return 0;
 }
@@ -512,8 +525,27 @@ int commandExport(const std::vector<std::string> &args)
 {
     if (args.empty() || args.size() > 2)
         throw ConfigError("export takes a run folder and optionally the file to write", {});
-    const std::string out = args.size() == 2 ? args[1] : (std::filesystem::path(args[0]) / "trace.json").string();
-    exportTraceJson(out, args[0]);
+    namespace fs = std::filesystem;
+    const std::string whole = (fs::path(args[0]) / "trace.json").string();
+    std::string out = args.size() == 2 ? args[1] : whole;
+    // The run's own trace.json is written from every row when it ends; an export of rows that
+    // are damaged now goes beside it rather than over it.
+    std::error_code ec;
+    const bool keepWhole = args.size() == 1 && fs::exists(whole, ec);
+    if (keepWhole)
+        out = (fs::path(args[0]) / "trace-export.json").string();
+    const std::vector<std::string> problems = exportTraceJson(out, args[0]);
+    for (const auto &p : problems)
+        std::fprintf(stderr, "syncopate-cli: warning: %s\n", p.c_str());
+    if (keepWhole && problems.empty()) {
+        fs::rename(out, whole, ec);
+        if (ec)
+            throw StoreError(whole + ": cannot replace (" + ec.message() + ")");
+        out = whole;
+    } else if (keepWhole) {
+        std::fprintf(stderr, "syncopate-cli: %s kept (written from every row when the run ended); what "
+                             "can be read now is in %s\n", whole.c_str(), out.c_str());
+    }
     std::printf("%s\n", out.c_str());
     return 0;
 }
@@ -548,10 +580,8 @@ int commandImport(const std::vector<std::string> &args)
     }
     if (files.empty())
         throw ConfigError("import takes one or more trace files (or a folder of them)", {});
-    if (out.empty()) {
-        out = defaultOutDir();
-        out.insert(out.find('/') + 1, "import-");
-    }
+    if (out.empty())
+        out = defaultOutDir("import-");
     KinetoJob job;
     try {
         job = importKineto(files, options);

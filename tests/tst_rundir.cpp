@@ -117,6 +117,22 @@ void TestRunDir::writesEveryFile()
     QCOMPARE(init.at("layers.0.weight").data[17], initialParams[17]);
     QVERIFY(w1 != std::vector<float>(initialParams.begin() + std::ptrdiff_t(spec.weightOffset(1)),
                                      initialParams.begin() + std::ptrdiff_t(spec.biasOffset(1))));
+
+    // A second run into the folder is refused before it writes anything: the first run's files
+    // stay as they were (a run there mixed its rows with the old ones, and `info` believed it).
+    const auto rowBytes = std::filesystem::file_size(d + "/w0.syr");
+    PreparedRun p = prepareRun(json{{"workers", 2}, {"data", {{"source", "blobs"}, {"samples", 64}}}, {"train", {{"steps", 3}, {"batch", 4}}}});
+    Engine second(p.config, p.train, p.eval);
+    second.setOutputDirectory(d);
+    try {
+        second.start();
+        QFAIL("a second run was started in a run's folder");
+    } catch (const StoreError &err) {
+        QVERIFY2(std::string(err.what()).find("holds a run already") != std::string::npos, err.what());
+    }
+    QCOMPARE(std::filesystem::file_size(d + "/w0.syr"), rowBytes);
+    QCOMPARE(parseConfig(readJsonFile(d + "/config.json")).workers, workers);
+    QVERIFY(!runFolderBeingWritten(d)); // the finished run let go of it
 }
 
 QTEST_APPLESS_MAIN(TestRunDir)

@@ -38,6 +38,9 @@ private Q_SLOTS:
     void olderAsyncRunStillLoads();
     void summaryFieldsOfTheWrongTypeAreDropped();
     void hugeDurationsKeepTheSummaryDefined();
+    void damagedLastHeaderIsNotATornTail();
+    void unreadableRowFilesAreLeftOutAndSaid();
+    void aRunFolderHoldsOneRun();
 
 public:
     static std::vector<Record> steps(int worker, int n, std::int64_t t0 = 0);
@@ -631,6 +634,141 @@ void TestStore::hugeDurationsKeepTheSummaryDefined()
     QCOMPARE(b.count, std::uint32_t(5000));
     QVERIFY(b.dominant == std::uint8_t(Phase::Forward) || b.dominant == std::uint8_t(Phase::Wait));
     QVERIFY(b.share >= 127); // two phases of equal time: about half each, saturated alike
+}
+
+// A whole block header that does not check is damage even in the last block: its length (which
+// said whether it was the last) cannot be trusted, and a kill never cuts through a whole header.
+// The blocks before it are kept and the damage named; only zeros to the end are a torn tail.
+void TestStore::damagedLastHeaderIsNotATornTail()
+{
+    const std::string path = m_dir.filePath(QStringLiteral("lasthead.syr")).toStdString();
+    {
+        ChunkWriter w(path, {0, RowKind::Worker, "worker 0"});
+        for (const Record &r : steps(0, 6000)) // 24000 records: several blocks
+            w.append(r);
+        w.flush();
+    }
+    const ChunkReader whole(path);
+    const std::size_t n = whole.blocks().size();
+    QVERIFY(n >= 2);
+    const std::uint64_t last = whole.blocks().back().offset;
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    for (const std::size_t at : {std::size_t(4), std::size_t(12), std::size_t(36)}) { // count, packed length, checksum
+        std::string damaged = bytes;
+        damaged[last + at] = char(damaged[last + at] ^ 0x7f);
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+        const ChunkReader r(path);
+        QCOMPARE(r.blocks().size(), n - 1);
+        QCOMPARE(r.tornBytes(), std::uint64_t(0));
+        QCOMPARE(r.damagedBytes(), std::uint64_t(bytes.size() - last));
+        QVERIFY2(r.damage().find(path + " at byte " + std::to_string(last) + ": damaged block header") == 0, r.damage().c_str());
+    }
+    // Zeros where the last block was (a power loss after the file grew): a torn tail.
+    std::string zeroed = bytes.substr(0, last) + std::string(bytes.size() - last, '\0');
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << zeroed;
+    const ChunkReader r(path);
+    QCOMPARE(r.blocks().size(), n - 1);
+    QVERIFY(r.damage().empty());
+    QCOMPARE(r.tornBytes(), std::uint64_t(bytes.size() - last));
+}
+
+namespace {
+
+// A run folder of `workers` workers with config.json and a row file each.
+std::string smallRunFolder(const QTemporaryDir &tmp, const char *name, int workers)
+{
+    const std::string dir = QDir(tmp.path()).filePath(QLatin1String(name)).toStdString();
+    std::filesystem::create_directories(dir);
+    writeFileAtomically(dir + "/config.json", parseConfig(nlohmann::json{{"workers", workers}}).toJson().dump(2));
+    for (int w = 0; w < workers; ++w) {
+        ChunkWriter writer(dir + "/" + rowFileName({w, RowKind::Worker, {}}), {w, RowKind::Worker, "worker " + std::to_string(w)});
+        for (const Record &r : TestStore::steps(w, 50))
+            writer.append(r);
+        writer.flush();
+    }
+    return dir;
+}
+
+} // namespace
+
+// A row file that cannot be read (cut to nothing, a directory by its name, a damaged header)
+// is left out and said; the other rows open. Two files of one row are refused, naming both.
+void TestStore::unreadableRowFilesAreLeftOutAndSaid()
+{
+    const std::string dir = smallRunFolder(m_dir, "unreadable", 3);
+    std::filesystem::resize_file(dir + "/w1.syr", 0); // killed right after it was made
+    std::filesystem::remove(dir + "/w2.syr");
+    std::filesystem::create_directory(dir + "/w2.syr");
+    OpenedRun run = openRunDirectory(dir);
+    QCOMPARE(run.problems.size(), std::size_t(2));
+    QVERIFY2(run.problems[0].find("w1.syr: 0 bytes") != std::string::npos, run.problems[0].c_str());
+    QVERIFY2(run.problems[0].find("left out") != std::string::npos, run.problems[0].c_str());
+    QVERIFY2(run.problems[1].find("w2.syr: a directory") != std::string::npos, run.problems[1].c_str());
+    QCOMPARE(run.trace->spanCount(), std::uint64_t(50 * 3)); // worker 0's
+    // The export writes what can be read, and says what it could not.
+    const auto said = exportTraceJson(dir + "/out.json", dir);
+    QCOMPARE(said.size(), std::size_t(2));
+    QVERIFY(readJsonFile(dir + "/out.json")["traceEvents"].is_array());
+
+    // A stray copy of worker 0's row (from another run, say): which one belongs cannot be told.
+    std::filesystem::copy_file(dir + "/w0.syr", dir + "/w0-copy.syr");
+    try {
+        openRunDirectory(dir);
+        QFAIL("two files of one row were opened");
+    } catch (const StoreError &e) {
+        const std::string what = e.what();
+        QVERIFY2(what.find("w0-copy.syr") != std::string::npos && what.find("/w0.syr") != std::string::npos, e.what());
+    }
+    std::filesystem::remove(dir + "/w0-copy.syr");
+
+    // A row whose name is not UTF-8 (a damaged header) still exports valid JSON.
+    {
+        ChunkWriter writer(dir + "/w1.syr", {1, RowKind::Worker, "worker \xff\xfe"});
+        for (const Record &r : steps(1, 5))
+            writer.append(r);
+        writer.flush();
+    }
+    exportTraceJson(dir + "/out.json", dir);
+    const auto events = readJsonFile(dir + "/out.json")["traceEvents"];
+    QVERIFY(std::any_of(events.begin(), events.end(), [](const nlohmann::json &e) {
+        return e["name"] == "thread_name" && e["args"]["name"].get<std::string>().rfind("worker ", 0) == 0 && e["tid"] == 1;
+    }));
+}
+
+// One run per folder: a second writer while the first writes is refused (and a reader sees the
+// run as being written, not interrupted), and so is one after it ended.
+void TestStore::aRunFolderHoldsOneRun()
+{
+    const std::string dir = QDir(m_dir.path()).filePath(QStringLiteral("claimed")).toStdString();
+    std::filesystem::create_directories(dir);
+    auto refused = [&](const char *needle) {
+        try {
+            RunFolderClaim again(dir);
+            return std::string("a second claim was granted");
+        } catch (const StoreError &e) {
+            return std::string(e.what()).find(needle) != std::string::npos ? std::string() : std::string(e.what());
+        }
+    };
+    {
+        RunFolderClaim first(dir);
+        QVERIFY(runFolderBeingWritten(dir));
+        const std::string problem = refused("another process is writing a run in this folder");
+        QVERIFY2(problem.empty(), problem.c_str());
+    }
+    QVERIFY(!runFolderBeingWritten(dir));
+    smallRunFolder(m_dir, "claimed", 2); // a run was written there and ended
+    const std::string problem = refused("holds a run already");
+    QVERIFY2(problem.empty(), problem.c_str());
+    // A reader while a run is being written: running, not interrupted.
+    const std::string fresh = QDir(m_dir.path()).filePath(QStringLiteral("writing")).toStdString();
+    std::filesystem::create_directories(fresh);
+    RunFolderClaim writing(fresh);
+    smallRunFolder(m_dir, "writing", 2);
+    const OpenedRun live = openRunDirectory(fresh);
+    QVERIFY(live.live);
+    QVERIFY(!live.interrupted);
+    QCOMPARE(live.summary.value("status", ""), std::string("running"));
 }
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -295,6 +295,13 @@ bool MainWindow::openRun(const QString &dir)
     if (run->summaryProblems > 0)
         showBanner(tr("%1: %n field(s) of summary.json had the wrong type and were left out", nullptr,
                       run->summaryProblems).arg(QDir(dir).dirName().toHtmlEscaped()), false);
+    if (!run->problems.isEmpty())
+        showBanner(tr("%1 opened with %n problem(s); what could be read is shown. %2", nullptr, int(run->problems.size()))
+                       .arg(QDir(dir).dirName().toHtmlEscaped(), run->problems.join(QStringLiteral(" ")).toHtmlEscaped()),
+                   false);
+    if (run->writtenElsewhere)
+        showBanner(tr("%1 is being written by another process now: shown as far as it has got. Open it again to see more.")
+                       .arg(QDir(dir).dirName().toHtmlEscaped()), false);
     return true;
 }
 
@@ -368,8 +375,11 @@ void MainWindow::exportRunFile(const QString &file)
     if (file == QLatin1String("trace.json") && (m_shown->state == RunState::Running || !QFile::exists(source))) {
         // A live or interrupted run: written now from its row files, up to their last flush.
         try {
-            exportTraceJson(path.toStdString(), m_shown->directory().toStdString());
+            const auto problems = exportTraceJson(path.toStdString(), m_shown->directory().toStdString());
             m_settings.exportFolder = QFileInfo(path).absolutePath();
+            if (!problems.empty())
+                showBanner(tr("Exported what could be read; %n row file(s) had problems: %1", nullptr, int(problems.size()))
+                               .arg(QString::fromStdString(problems.front()).toHtmlEscaped()), false);
         } catch (const std::exception &e) {
             showBanner(QString::fromStdString(e.what()));
         }

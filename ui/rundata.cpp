@@ -25,9 +25,13 @@ std::shared_ptr<RunData> RunData::fromOpened(const OpenedRun &opened, const QStr
     run->listRows();
     run->summary = opened.summary;
     run->summaryProblems = int(opened.summaryProblems.size());
+    for (const auto &p : opened.problems)
+        run->problems.push_back(QString::fromStdString(p));
     run->interrupted = opened.interrupted;
-    run->state = opened.interrupted ? RunState::Stopped
-                                    : runStateFromName(opened.summary.value("status", "finished"));
+    run->writtenElsewhere = opened.live;
+    // A run another process is writing is shown as far as it got; nothing here runs it.
+    run->state = opened.interrupted || opened.live ? RunState::Stopped
+                                                   : runStateFromName(opened.summary.value("status", "finished"));
     run->error = QString::fromStdString(opened.summary.value("error", ""));
     const auto &sm = opened.summary;
     run->m_imported = sm.value("source", "") == "kineto";
@@ -137,6 +141,8 @@ QString RunData::title() const
                                          m_config.tf32 ? QObject::tr(" (TF32)") : QString());
     if (interrupted)
         t += QObject::tr(" (interrupted)");
+    else if (writtenElsewhere)
+        t += QObject::tr(" (being written by another process: as far as it got)");
     return t;
 }
 

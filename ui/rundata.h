@@ -10,6 +10,7 @@
 #include "tracemodel.h"
 
 #include <QString>
+#include <QStringList>
 
 #include <nlohmann/json.hpp>
 
@@ -89,8 +90,10 @@ public:
     // Filled when the run has ended (or was loaded from disk).
     nlohmann::json summary;
     int summaryProblems = 0; // fields of an opened summary.json dropped for their type
+    QStringList problems;    // row files left out or read up to damage, an unreadable summary
     RunState state = RunState::Running;
     bool interrupted = false; // opened from a directory whose run never ended
+    bool writtenElsewhere = false; // opened while another process writes it: a snapshot
     QString error;
 
 private:

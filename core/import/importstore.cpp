@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <tuple>
 
 namespace syncopate {
 namespace fs = std::filesystem;
@@ -42,19 +43,16 @@ std::vector<RowDescriptor> rankRows(const ImportedRank &r, int worker)
 
 } // namespace
 
-void writeImportedRun(const KinetoJob &job, const std::string &dir)
+namespace {
+
+// The folder's files, each path in `written` before it is made.
+void writeImportedFiles(const KinetoJob &job, const std::string &dir, std::vector<std::string> &written)
 {
     const int workers = int(job.ranks.size());
-    if (workers < 1)
-        throw StoreError(dir + ": nothing to write, no rank was imported");
-    if (workers > 256)
-        throw StoreError(dir + ": " + std::to_string(workers) + " ranks; a run folder holds at most 256");
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec || !fs::is_directory(dir))
-        throw StoreError(dir + ": cannot create the run folder (" +
-                         (ec ? ec.message() : std::string("a file has that name")) + ")");
-    const auto in = [&](const std::string &name) { return (fs::path(dir) / name).string(); };
+    const auto in = [&](const std::string &name) {
+        written.push_back((fs::path(dir) / name).string());
+        return written.back();
+    };
 
     // The config a reader needs: one worker per rank, a CPU (data) lane each, the steps seen.
     nlohmann::json s = job.summaryFields();
@@ -65,28 +63,27 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
     config.slowdown.assign(std::size_t(workers), 1.0);
     writeFileAtomically(in("config.json"), config.toJson().dump(2) + "\n");
 
-    // Row files: per rank one per GPU stream and one per CPU thread, [worker][kind][sub].
-    std::vector<std::string> paths;
-    using RankWriters = std::map<std::pair<RowKind, int>, std::unique_ptr<ChunkWriter>>;
-    std::vector<RankWriters> rows(static_cast<std::size_t>(workers));
-    for (int w = 0; w < workers; ++w)
-        for (const RowDescriptor &d : rankRows(job.ranks[std::size_t(w)], w)) {
-            paths.push_back(in(rowFileName(d)));
-            rows[std::size_t(w)][{d.kind, d.sub}] = std::make_unique<ChunkWriter>(paths.back(), d);
-        }
+    // Row files: per rank one per GPU stream and one per CPU thread, written one after the other
+    // (a job with thousands of threads: a writer for each at once held a file and a block's
+    // buffers each, 2 GB and more descriptors than a process may have).
+    std::map<std::tuple<int, RowKind, int>, std::vector<std::size_t>> byRow;
     for (std::size_t i = 0; i < job.records.size(); ++i) {
         const Record &r = job.records[i];
         if (r.worker >= workers || !r.isSpan())
             continue;
         const RowKind kind = r.lane() == Lane::Data ? RowKind::DataLane : RowKind::Worker;
-        const auto it = rows[r.worker].find({kind, i < job.recordRows.size() ? int(job.recordRows[i]) : 0});
-        if (it != rows[r.worker].end())
-            it->second->append(r);
+        byRow[{int(r.worker), kind, i < job.recordRows.size() ? int(job.recordRows[i]) : 0}].push_back(i);
     }
-    for (auto &rank : rows)
-        for (auto &[key, row] : rank)
-            row->flush();
-    rows.clear();
+    std::vector<std::string> paths;
+    for (int w = 0; w < workers; ++w)
+        for (const RowDescriptor &d : rankRows(job.ranks[std::size_t(w)], w)) {
+            paths.push_back(in(rowFileName(d)));
+            ChunkWriter writer(paths.back(), d);
+            if (const auto it = byRow.find({w, d.kind, d.sub}); it != byRow.end())
+                for (const std::size_t i : it->second)
+                    writer.append(job.records[i]);
+            writer.flush();
+        }
     // The index from the files just written, as a reader rebuilds it: a record's row is its file's.
     TraceModel model(workers, true, 0);
     {
@@ -168,6 +165,39 @@ void writeImportedRun(const KinetoJob &job, const std::string &dir)
     model.saveIndex(in("index.syi"));
     writeFileAtomically(in("summary.json"), s.dump(2) + "\n");
     exportTraceJson(in("trace.json"), dir);
+}
+
+} // namespace
+
+void writeImportedRun(const KinetoJob &job, const std::string &dir)
+{
+    const int workers = int(job.ranks.size());
+    if (workers < 1)
+        throw StoreError(dir + ": nothing to write, no rank was imported");
+    if (workers > 256)
+        throw StoreError(dir + ": " + std::to_string(workers) + " ranks; a run folder holds at most 256");
+    std::error_code ec;
+    const bool existed = fs::exists(dir, ec);
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+        throw StoreError(dir + ": cannot create the run folder (" +
+                         (ec ? ec.message() : std::string("a file has that name")) + ")");
+    std::vector<std::string> written;
+    try {
+        const RunFolderClaim claim(dir);
+        writeImportedFiles(job, dir, written);
+    } catch (...) {
+        // Half a run would open as an interrupted one: what this import made goes again.
+        for (const std::string &p : written) {
+            fs::remove(p, ec);
+            fs::remove(p + ".tmp", ec);
+        }
+        if (!existed) {
+            fs::remove(fs::path(dir) / "run.lock", ec);
+            fs::remove(dir, ec); // only when empty
+        }
+        throw;
+    }
 }
 
 } // namespace syncopate

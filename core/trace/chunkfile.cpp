@@ -199,6 +199,8 @@ std::size_t ChunkReader::refresh()
 
 void ChunkReader::scanFrom(std::uint64_t offset)
 {
+    if (!m_damage.empty())
+        return; // nothing past damage is read
     std::FILE *f = std::fopen(m_path.c_str(), "rb");
     if (!f)
         throw StoreError(m_path + ": cannot open (" + std::strerror(errno) + ")");
@@ -206,6 +208,17 @@ void ChunkReader::scanFrom(std::uint64_t offset)
     m_fileSize = std::filesystem::file_size(m_path, ec);
     if (ec)
         m_fileSize = offset;
+    // Whether the bytes from `from` to the end are all zero: what a power loss leaves where
+    // the file system had grown the file and not yet written its data.
+    auto zeroTail = [&](std::uint64_t from) {
+        unsigned char buf[4096];
+        if (fseeko(f, off_t(from), SEEK_SET) != 0)
+            return false;
+        for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;)
+            if (std::any_of(buf, buf + n, [](unsigned char c) { return c != 0; }))
+                return false;
+        return true;
+    };
     while (offset + kBlockHeaderBytes <= m_fileSize) {
         unsigned char header[kBlockHeaderBytes];
         if (fseeko(f, off_t(offset), SEEK_SET) != 0 || std::fread(header, 1, sizeof header, f) != sizeof header)
@@ -222,22 +235,24 @@ void ChunkReader::scanFrom(std::uint64_t offset)
         h += 4; // data checksum, checked when the block is read
         const auto headerCrc = get<std::uint32_t>(h);
         const bool headerOk = magic == kBlockMagic && headerCrc == std::uint32_t(crc32(0, header, 36));
-        const bool last = offset + kBlockHeaderBytes + std::uint64_t(b.packedBytes) >= m_fileSize;
         if (!headerOk) {
-            // Only a kill or power loss cuts a file, and only at its end; damage before the
-            // last block is the file's, not a torn tail.
-            if (last || offset + kBlockHeaderBytes + kBlockHeaderBytes > m_fileSize)
+            // A kill cuts a file at its end, inside a header or a block's data, never through a
+            // whole header (each block is one write after the last): a whole header that does
+            // not check is damage, wherever it is, and its length cannot be trusted to say
+            // whether it is the last. Only zeros to the end are a tail never written.
+            if (zeroTail(offset))
                 break;
-            std::fclose(f);
-            throw StoreError(at(m_path, offset) + ": damaged block header (bad magic or checksum)");
+            m_damage = at(m_path, offset) + ": damaged block header (bad magic or checksum)";
+            break;
         }
         if (b.count == 0 || b.count > kBlockRecords || rawBytes != b.count * kRawRecordBytes ||
             b.packedBytes > ZSTD_compressBound(kBlockRecords * kRawRecordBytes) || b.maxEnd < b.minStart) {
-            std::fclose(f);
-            throw StoreError(at(m_path, offset) + ": block of " + std::to_string(b.count) +
-                             " records, " + std::to_string(b.packedBytes) +
-                             " packed bytes is out of range (at most " + std::to_string(kBlockRecords) +
-                             " records)");
+            m_damage = at(m_path, offset) + ": block header of " + std::to_string(b.count) + " records, " +
+                       std::to_string(rawBytes) + " raw and " + std::to_string(b.packedBytes) +
+                       " packed bytes, times " + std::to_string(b.minStart) + " to " + std::to_string(b.maxEnd) +
+                       " ns: not a block this version writes (at most " + std::to_string(kBlockRecords) +
+                       " records of " + std::to_string(kRawRecordBytes) + " bytes, ending after they start)";
+            break;
         }
         if (offset + kBlockHeaderBytes + b.packedBytes > m_fileSize)
             break; // torn: its bytes were never all written

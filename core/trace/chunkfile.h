@@ -118,10 +118,15 @@ public:
     const std::string &path() const { return m_path; }
     const std::vector<BlockInfo> &blocks() const { return m_blocks; }
     std::uint64_t records() const { return m_records; }
-    // Bytes after the last complete block (a torn block, dropped).
-    std::uint64_t tornBytes() const { return m_fileSize - m_validEnd; }
+    // Bytes after the last complete block (a torn block, dropped); none when the blocks ended
+    // at damage instead.
+    std::uint64_t tornBytes() const { return m_damage.empty() ? m_fileSize - m_validEnd : 0; }
+    // Where the indexed blocks end early at a damaged block header ("PATH at byte N: ..."), and
+    // the bytes from there to the end, which are not read; empty and 0 when there is none.
+    const std::string &damage() const { return m_damage; }
+    std::uint64_t damagedBytes() const { return m_damage.empty() ? 0 : m_fileSize - m_validEnd; }
     std::uint64_t fileSize() const { return m_fileSize; }
-    // Indexes blocks appended since; returns how many were new.
+    // Indexes blocks appended since; returns how many were new (none past damage).
     std::size_t refresh();
     // Decodes block i (sorted by start) into out (replacing it). Throws StoreError when its
     // bytes do not match their checksum or decode to records outside the block's stated range.
@@ -136,6 +141,7 @@ private:
     std::uint64_t m_records = 0;
     std::uint64_t m_validEnd = kChunkFileHeaderBytes;
     std::uint64_t m_fileSize = 0;
+    std::string m_damage;
 };
 
 // Decodes a block's packed bytes (as stored after its header) into records; exposed for the

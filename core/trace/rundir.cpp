@@ -5,26 +5,61 @@
 #include <cinttypes>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <tuple>
 
 namespace syncopate {
 namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::unique_ptr<ChunkReader>> openRowFiles(const std::string &dir, std::vector<std::string> &files)
-{
+// A folder's row files. One that cannot be read (cut to nothing by a kill right after it was
+// made, a directory by that name, damage in its header) is left out and said, so that the
+// others still open; a row that ends early at damage keeps the blocks before it. Two files of
+// one row (a stray copy from another run) are refused: which one belongs cannot be told.
+struct RowFiles {
     std::vector<std::unique_ptr<ChunkReader>> readers;
-    std::vector<fs::path> paths;
+    std::vector<std::string> files;    // the readers', by name
+    std::vector<std::string> problems; // "PATH ...: what; what was done"
+};
+
+RowFiles openRowFiles(const std::string &dir)
+{
+    RowFiles out;
+    std::vector<fs::directory_entry> entries;
     std::error_code ec;
     for (const auto &entry : fs::directory_iterator(dir, ec))
         if (entry.path().extension() == ".syr")
-            paths.push_back(entry.path());
-    std::sort(paths.begin(), paths.end());
-    for (const auto &p : paths) {
-        readers.push_back(std::make_unique<ChunkReader>(p.string()));
-        files.push_back(p.filename().string());
+            entries.push_back(entry);
+    std::sort(entries.begin(), entries.end());
+    std::map<std::tuple<int, int, int>, std::string> seen;
+    for (const auto &entry : entries) {
+        const std::string path = entry.path().string();
+        if (!entry.is_regular_file(ec)) {
+            out.problems.push_back(path + ": " + (entry.is_directory(ec) ? "a directory" : "not a regular file") +
+                                   ", not a row file; left out");
+            continue;
+        }
+        std::unique_ptr<ChunkReader> reader;
+        try {
+            reader = std::make_unique<ChunkReader>(path);
+        } catch (const StoreError &e) {
+            out.problems.push_back(std::string(e.what()) + "; its row is left out");
+            continue;
+        }
+        const RowDescriptor &row = reader->row();
+        const auto [it, fresh] = seen.emplace(std::make_tuple(row.worker, int(row.kind), row.sub), path);
+        if (!fresh)
+            throw StoreError(it->second + " and " + path + " both hold the row \"" + row.name + "\" (worker " +
+                             std::to_string(row.worker) + "): one is a stray copy, from another run perhaps; "
+                             "move the one that does not belong out of the folder");
+        if (!reader->damage().empty())
+            out.problems.push_back(reader->damage() + "; the row ends there, the " +
+                                   std::to_string(reader->damagedBytes()) + " bytes after it are not read");
+        out.files.push_back(entry.path().filename().string());
+        out.readers.push_back(std::move(reader));
     }
-    return readers;
+    return out;
 }
 
 bool hasCommLanes(const std::vector<std::unique_ptr<ChunkReader>> &readers)
@@ -134,7 +169,12 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
         throw StoreError(dir + ": config.json is missing, so this is not a Syncopate run folder");
     OpenedRun run;
     run.config = readRunConfig(configPath);
-    auto readers = openRowFiles(dir, run.files);
+    RowFiles rows = openRowFiles(dir);
+    auto readers = std::move(rows.readers);
+    run.files = std::move(rows.files);
+    run.problems = std::move(rows.problems);
+    if (readers.empty() && !run.problems.empty())
+        throw StoreError(run.problems.front());
     if (readers.empty())
         throw StoreError(dir + ": no row files (w0.syr, ...); a folder of Syncopate 0.1 or another tool?");
     std::uint64_t records = 0;
@@ -153,17 +193,23 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     if (fs::exists(summaryPath, ec)) {
         try {
             run.summary = readJsonFile(summaryPath);
-        } catch (const ConfigError &) {
-            run.summary = nlohmann::json(); // a summary cut short: the run did not end cleanly
+        } catch (const ConfigError &e) {
+            // Cut short by a kill (it is replaced atomically, so rarely) or damaged: the run
+            // is taken for one that did not end, and the reason said.
+            run.summary = nlohmann::json();
+            run.problems.push_back(std::string(e.what()) + "; the run is read as one that did not end");
         }
     }
     if (!run.summary.is_object())
         run.summary = nlohmann::json::object();
     checkSummary(run.summary, summaryPath, run.summaryProblems);
     const std::string status = run.summary.value("status", "running");
-    run.interrupted = status == "running" || !run.summary.contains("status");
+    run.live = runFolderBeingWritten(dir);
+    run.interrupted = !run.live && (status == "running" || !run.summary.contains("status"));
     if (run.interrupted)
         run.summary["status"] = "interrupted";
+    else if (run.live)
+        run.summary["status"] = "running";
     for (const char *f : {"config.json", "summary.json", "metrics.csv", "index.syi", "trace.json",
                           "params-init.safetensors", "params-final.safetensors"})
         if (fs::exists(d / f, ec))
@@ -187,14 +233,18 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     return run;
 }
 
-void exportTraceJson(const std::string &path, const std::string &runDir)
+std::vector<std::string> exportTraceJson(const std::string &path, const std::string &runDir)
 {
     const RunConfig config = readRunConfig((fs::path(runDir) / "config.json").string());
-    std::vector<std::string> files;
-    auto readers = openRowFiles(runDir, files);
-    TraceModel trace(config.workers, config.prefetch, config.batch, hasCommLanes(readers));
-    trace.adoptRowFiles(std::move(readers));
+    RowFiles rows = openRowFiles(runDir);
+    for (const auto &r : rows.readers)
+        if (r->row().kind != RowKind::Evaluator && r->row().worker >= config.workers)
+            throw StoreError(r->path() + ": row of worker " + std::to_string(r->row().worker) + " in a run of " +
+                             std::to_string(config.workers) + " workers");
+    TraceModel trace(config.workers, config.prefetch, config.batch, hasCommLanes(rows.readers));
+    trace.adoptRowFiles(std::move(rows.readers));
     exportTraceJson(path, config, trace);
+    return rows.problems;
 }
 
 
@@ -221,38 +271,46 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
         tids[i] = 100000 * std::int64_t(row.sub) + 1000 * lane(row.kind) + row.worker;
         if (row.kind == RowKind::Counters)
             continue;
-        const std::string name = nlohmann::json(row.name).dump(); // quoted and escaped
+        // Quoted and escaped; a damaged name's bytes that are not UTF-8 become U+FFFD.
+        const std::string name = nlohmann::json(row.name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         std::fprintf(o, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%" PRId64 ",\"args\":{\"name\":%s}}",
                      tids[i], name.c_str());
         std::fprintf(o, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%" PRId64 ",\"args\":{\"sort_index\":%zu}}",
                      tids[i], i);
     }
-    trace.forEachRecord([&](std::size_t row, const Record &r) {
-        if (r.isSpan()) {
-            std::fprintf(o,
-                         ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
-                         "\"pid\":1,\"tid\":%" PRId64 ",\"args\":{\"step\":%" PRIu32,
-                         phaseName(r.phase()), laneName(r.lane()), double(r.start) / 1e3,
-                         double(r.duration()) / 1e3, tids[row], r.step);
-            if (r.phase() == Phase::Push)
-                std::fprintf(o, ",\"staleness\":%.0f", r.value);
-            else if (r.phase() == Phase::Pull)
-                std::fprintf(o, ",\"version\":%.0f", r.value);
-            else if (r.phase() == Phase::Reduce)
-                std::fprintf(o, ",\"bytes\":%.0f", r.value);
-            else if (r.phase() == Phase::Eval && config.async()) // the snapshot's server version
-                std::fprintf(o, ",\"version\":%.0f", r.value);
-            std::fputs("}}", o);
-        } else {
-            const std::string who = isEvaluator(r, config.workers) ? std::string("evaluator")
-                                                                   : "worker " + std::to_string(r.worker);
-            std::fprintf(o,
-                         ",\n{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":1,\"tid\":%d,"
-                         "\"step\":%" PRIu32 ",\"args\":{\"%s\":%.9g}}",
-                         counterName(r.counter()), double(r.start) / 1e3, int(r.worker), r.step,
-                         who.c_str(), r.value);
-        }
-    });
+    // A row that cannot be read to its end (a damaged block) leaves no partial file behind.
+    try {
+        trace.forEachRecord([&](std::size_t row, const Record &r) {
+            if (r.isSpan()) {
+                std::fprintf(o,
+                             ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
+                             "\"pid\":1,\"tid\":%" PRId64 ",\"args\":{\"step\":%" PRIu32,
+                             phaseName(r.phase()), laneName(r.lane()), double(r.start) / 1e3,
+                             double(r.duration()) / 1e3, tids[row], r.step);
+                if (r.phase() == Phase::Push)
+                    std::fprintf(o, ",\"staleness\":%.0f", r.value);
+                else if (r.phase() == Phase::Pull)
+                    std::fprintf(o, ",\"version\":%.0f", r.value);
+                else if (r.phase() == Phase::Reduce)
+                    std::fprintf(o, ",\"bytes\":%.0f", r.value);
+                else if (r.phase() == Phase::Eval && config.async()) // the snapshot's server version
+                    std::fprintf(o, ",\"version\":%.0f", r.value);
+                std::fputs("}}", o);
+            } else {
+                const std::string who = isEvaluator(r, config.workers) ? std::string("evaluator")
+                                                                       : "worker " + std::to_string(r.worker);
+                std::fprintf(o,
+                             ",\n{\"name\":\"%s\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":1,\"tid\":%d,"
+                             "\"step\":%" PRIu32 ",\"args\":{\"%s\":%.9g}}",
+                             counterName(r.counter()), double(r.start) / 1e3, int(r.worker), r.step,
+                             who.c_str(), r.value);
+            }
+        });
+    } catch (...) {
+        std::fclose(o);
+        std::remove(tmp.c_str());
+        throw;
+    }
     std::fputs("\n]}\n", o);
     const bool ok = !std::ferror(o);
     if (std::fclose(o) != 0 || !ok) {

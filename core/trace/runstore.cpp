@@ -3,8 +3,10 @@
 #include "safetensors.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
@@ -18,7 +20,62 @@ namespace {
 
 std::string inDir(const std::string &dir, const char *name) { return (fs::path(dir) / name).string(); }
 
+constexpr const char *kLockName = "run.lock";
+
 } // namespace
+
+RunFolderClaim::RunFolderClaim(const std::string &dir)
+{
+    const std::string lock = inDir(dir, kLockName);
+    m_fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (m_fd < 0)
+        throw StoreError(lock + ": cannot create (" + std::strerror(errno) + ")");
+    if (::flock(m_fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        ::close(m_fd);
+        m_fd = -1;
+        throw StoreError(dir + ": another process is writing a run in this folder now; choose another --out");
+    }
+    // (A file system without locks: the check below still keeps finished runs apart.)
+    std::error_code ec;
+    std::vector<std::string> held;
+    for (const auto &entry : fs::directory_iterator(dir, ec)) {
+        const fs::path name = entry.path().filename();
+        if (name == "config.json" || name == "summary.json" || name == "index.syi" || name == "metrics.csv" ||
+            name.extension() == ".syr")
+            held.push_back(name.string());
+    }
+    std::sort(held.begin(), held.end(), [](const std::string &a, const std::string &b) {
+        return std::pair(a != "config.json", a) < std::pair(b != "config.json", b);
+    });
+    std::string found;
+    for (std::size_t i = 0; i < held.size() && i < 3; ++i)
+        found += (i ? ", " : "") + held[i];
+    if (held.size() > 3)
+        found += ", ...";
+    if (!found.empty()) {
+        ::close(m_fd);
+        m_fd = -1;
+        throw StoreError(dir + ": holds a run already (" + found +
+                         "); a new run there would mix its rows with that one's. Choose another "
+                         "folder, or remove this one first");
+    }
+}
+
+RunFolderClaim::~RunFolderClaim()
+{
+    if (m_fd >= 0)
+        ::close(m_fd); // and with it the lock
+}
+
+bool runFolderBeingWritten(const std::string &dir)
+{
+    const int fd = ::open(inDir(dir, kLockName).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd);
+    return held;
+}
 
 void writeFileAtomically(const std::string &path, const std::string &text)
 {
@@ -78,6 +135,7 @@ RunWriter::RunWriter(std::string dir, const RunConfig &config, const std::vector
                          (ec ? ec.message() : std::string("a file has that name")) + ")");
     if (::access(m_dir.c_str(), W_OK) != 0)
         throw StoreError(m_dir + ": the run folder is not writable (" + std::strerror(errno) + ")");
+    m_claim = std::make_unique<RunFolderClaim>(m_dir);
     writeFileAtomically(inDir(m_dir, "config.json"), config.toJson().dump(2) + "\n");
     for (int w = 0; w < config.workers; ++w) {
         m_rows.push_back(std::make_unique<ChunkWriter>(
@@ -188,6 +246,7 @@ void RunWriter::finish(const RunOutcome &outcome, const std::vector<float> &fina
     writeSummary(outcome);
     // An export, streamed from the row files just flushed; the store itself is complete already.
     exportTraceJson(inDir(m_dir, "trace.json"), m_dir);
+    m_claim.reset(); // written: readers may take it for a finished run now
 }
 
 } // namespace syncopate

@@ -27,6 +27,24 @@ namespace syncopate {
 
 class MetricsAccumulator;
 
+// The one process writing a run folder holds it: an exclusive lock (flock) on DIR/run.lock for
+// as long as the claim lives. Made after the folder exists and is writable; throws StoreError
+// naming the folder when another process is writing a run there now, or when it holds a run
+// already (its config.json, row files, summary or index: a second run there mixed its rows
+// with the first one's, silently). Other files may be there (a folder made for the run).
+class RunFolderClaim {
+public:
+    explicit RunFolderClaim(const std::string &dir);
+    ~RunFolderClaim();
+    RunFolderClaim(const RunFolderClaim &) = delete;
+    RunFolderClaim &operator=(const RunFolderClaim &) = delete;
+
+private:
+    int m_fd = -1;
+};
+// Whether a process holds a claim on dir now (its run is being written as we read).
+bool runFolderBeingWritten(const std::string &dir);
+
 // Writes one run's directory. Used by the run's collector thread only.
 class RunWriter {
 public:
@@ -52,6 +70,7 @@ private:
     ChunkWriter &rowWriter(const Record &r);
 
     std::string m_dir;
+    std::unique_ptr<RunFolderClaim> m_claim;
     RunConfig m_config;
     std::vector<std::unique_ptr<ChunkWriter>> m_rows; // [worker * 2 + data lane]
     std::unique_ptr<ChunkWriter> m_evaluator;         // async: the evaluator's row, once it records
@@ -76,10 +95,16 @@ struct OpenedRun {
     RunConfig config;
     nlohmann::json summary;  // as read; status "interrupted" when the run never ended
     bool interrupted = false;
+    // Another process is writing the run now (it holds the folder's claim): what was read is a
+    // snapshot, its summary says "running", and it is not interrupted.
+    bool live = false;
     std::uint64_t tornBytes = 0; // dropped from the ends of row files
     // Fields of summary.json of the wrong type, dropped: "summary.json: steps_completed: expected
     // an integer". Readers of summary may rely on every field it still has being of its type.
     std::vector<std::string> summaryProblems;
+    // Row files left out or read only up to damage, a summary.json that could not be read:
+    // "PATH at byte N: what; what was done".
+    std::vector<std::string> problems;
     std::vector<std::string> files;
     std::shared_ptr<TraceModel> trace;
 };
@@ -93,6 +118,7 @@ OpenedRun openRunDirectory(const std::string &dir,
 // Streams a Chrome Trace Event Format file from a model's rows (no document in memory).
 void exportTraceJson(const std::string &path, const RunConfig &config, const TraceModel &trace);
 // The same from a run directory's row files as they are now (a live or interrupted run too).
-void exportTraceJson(const std::string &path, const std::string &runDir);
+// Returns what could not be read (row files left out, rows ending early at damage), said.
+std::vector<std::string> exportTraceJson(const std::string &path, const std::string &runDir);
 
 } // namespace syncopate
