@@ -386,6 +386,7 @@ class TestKineto : public QObject {
 private Q_SLOTS:
     void twoRanksFromFolder();
     void fourRanksBySequence();
+    void stallIsAtMostTheKernel();
     void sequenceBeatsOrder();
     void orderCountMismatch();
     void clockAlignment();
@@ -551,6 +552,29 @@ void TestKineto::fourRanksBySequence()
 // Two collectives per step on two process groups, launched in the opposite order on rank 1.
 // By sequence number: A starts at 60 and 64, B at 62 and 61: rank 0 waits 4, rank 1 waits 1.
 // By order (what the importer must not do here): 60/61 and 62/64: rank 0 waits 3, rank 1 0.
+// A rank whose kernel ended before the last rank's started (clocks of two hosts apart): its
+// stall is its kernel's duration, and the figures equal the wait spans drawn inside the kernel
+// (they counted the whole gap while the timeline and the stalls chart cut it at the kernel's end).
+void TestKineto::stallIsAtMostTheKernel()
+{
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString();
+    writeText(d + "/r0.json", makeRank({.rank = 0, .colls = {{"0", 0, 60 * kMs, 62 * kMs}}}), false);
+    writeText(d + "/r1.json", makeRank({.rank = 1, .colls = {{"0", 0, 65 * kMs, 70 * kMs}}}), false);
+    const KinetoJob job = importKineto({d + "/r0.json", d + "/r1.json"});
+    QCOMPARE(job.collectivesMatched, 3);
+    for (int k = 0; k < 3; ++k) {
+        QVERIFY(near(row(job, 0, 5 + k).waitMs, 2.0)); // not the 5 ms between the starts
+        QVERIFY(near(row(job, 1, 5 + k).waitMs, 0.0));
+        double drawn = 0;
+        for (const Record &r : job.records)
+            if (r.worker == 0 && r.isSpan() && r.isStall() && r.step == std::uint32_t(k))
+                drawn += double(r.duration()) / 1e6;
+        QVERIFY(near(drawn, 2.0));
+    }
+    QCOMPARE(job.straggler, 1);
+}
+
 void TestKineto::sequenceBeatsOrder()
 {
     QTemporaryDir dir;

@@ -571,8 +571,13 @@ void findStalls(std::vector<RankWork> &work, const std::vector<Members> &collect
             else
                 second = std::max(second, s);
         }
-        for (const auto &[w, i] : m)
-            work[w].nccl[i].stall = latest - (work[w].nccl[i].start + work[w].offset);
+        // A rank waits in its kernel from its start until the last rank's, and no longer than
+        // the kernel ran: past its end is a clock error between hosts (--align-clocks), and
+        // counting it made the figures disagree with the wait drawn inside the kernel.
+        for (const auto &[w, i] : m) {
+            NcclKernel &k = work[w].nccl[i];
+            k.stall = std::clamp<Ns>(latest - (k.start + work[w].offset), 0, std::max<Ns>(0, k.end - k.start));
+        }
         if (second < latest) {
             ++lastCount[last];
             lateSum[last] += double(latest - second);

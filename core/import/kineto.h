@@ -7,7 +7,8 @@
 // - A collective is matched across ranks by (process group, sequence number) where the trace's
 //   record_param_comms events give them, else by the order of its NCCL kernels on each rank.
 // - A rank's stall in a collective = the latest start of that collective's kernel among the
-//   loaded ranks minus the rank's own start.
+//   loaded ranks minus the rank's own start, at most its own kernel's duration (beyond its end
+//   is a clock error between hosts).
 // - A kernel belongs to the step whose ProfilerStep#N window holds its launching runtime call
 //   (same correlation id), else to the step window holding its own start.
 #pragma once
