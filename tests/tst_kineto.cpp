@@ -703,6 +703,21 @@ void TestKineto::errors_data()
     QTest::newRow("X without ts")
         << QStringLiteral("nots.json") << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 5}]})") << 0
         << QStringList{QStringLiteral("no ts"), QStringLiteral("aten::mm")};
+    QTest::newRow("X without dur")
+        << QStringLiteral("nodur.json") << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 5}]})") << 0
+        << QStringList{QStringLiteral("no dur"), QStringLiteral("gemm"), QStringLiteral("event 1")};
+    QTest::newRow("dur a string")
+        << QStringLiteral("strdur.json") << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 5, "dur": "9"}]})") << 0
+        << QStringList{QStringLiteral("no dur"), QStringLiteral("gemm")};
+    QTest::newRow("negative dur")
+        << QStringLiteral("negdur.json") << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 5, "dur": -3}]})") << 0
+        << QStringList{QStringLiteral("negative dur"), QStringLiteral("-3 us")};
+    QTest::newRow("no events") << QStringLiteral("noevents.json") << QStringLiteral(R"({"traceEvents": []})") << 0
+                               << QStringList{QStringLiteral("no complete events"), QStringLiteral("nothing to import")};
+    QTest::newRow("B and E only")
+        << QStringLiteral("begin.json")
+        << QStringLiteral(R"({"traceEvents": [{"ph": "B", "name": "a", "pid": 1, "tid": 1, "ts": 1}, {"ph": "E", "pid": 1, "tid": 1, "ts": 2}]})") << 0
+        << QStringList{QStringLiteral("no complete events")};
     // Found by fuzz_kineto: times whose sums overflowed int64.
     QTest::newRow("duration past a run")
         << QStringLiteral("dur.json")

@@ -450,6 +450,14 @@ void TraceSax::finishEvent()
     if (!m_ev.hasTs)
         throw ImportError(m_out.path + ": event " + std::to_string(m_index) + " (\"" + m_ev.name +
                           "\", ph X) has no ts (or one that is not a number of microseconds within +-4e15)");
+    // A complete event without a duration, or with one below zero, is damaged: taken as 0 it
+    // made every such kernel vanish from the figures without a word.
+    if (!m_ev.hasDur)
+        throw ImportError(m_out.path + ": event " + std::to_string(m_index) + " (\"" + m_ev.name +
+                          "\", ph X) has no dur (or one that is not a number of microseconds within +-4e15)");
+    if (m_ev.dur < 0)
+        throw ImportError(m_out.path + ": event " + std::to_string(m_index) + " (\"" + m_ev.name +
+                          "\", ph X) has a negative dur, " + std::to_string(m_ev.dur / 1000) + " us");
     if (m_ev.dur > kMaxRunNs)
         throw ImportError(m_out.path + ": event " + std::to_string(m_index) + " (\"" + m_ev.name +
                           "\") lasts " + std::to_string(m_ev.dur / 1000) + " us: longer than a trace can cover (52 days)");
@@ -512,6 +520,9 @@ FileData parseFile(const std::string &path, GroupTable &groups)
                           (buf.gzip() ? " of the inflated text" : "") + ": " + sax.errorWhat);
     if (!f.sawEvents)
         throw ImportError(path + ": no traceEvents array (not a Chrome trace from the PyTorch profiler)");
+    if (f.first > f.last) // an empty array, or B/E pairs and instants only
+        throw ImportError(path + ": no complete events (ph \"X\") in traceEvents, which is what the PyTorch "
+                                 "profiler writes: nothing to import");
     // Longer than a run can hold (2^52 ns, 52 days): damaged, and unwritable as a run folder.
     if (f.first <= f.last && f.last - f.first > kMaxRunNs)
         throw ImportError(path + ": its events span " + std::to_string((f.last - f.first) / 86'400'000'000'000) +
