@@ -402,6 +402,7 @@ void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
     } else {
         titleOf(plot)->setText(title);
     }
+    titleOf(plot)->setProperty("fullTitle", title);
     plot->xAxis->setLabel(xLabel);
     plot->yAxis->setLabel(yLabel);
     plot->legend->setVisible(true);
@@ -425,16 +426,123 @@ void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
     plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
 }
 
+namespace {
+
+// The plot layout's cell under the axis rects, for a legend too wide to stand beside them.
+QCPLayoutGrid *legendBelow(QCustomPlot *plot, bool make)
+{
+    QCPLayoutGrid *layout = plot->plotLayout();
+    if (layout->rowCount() > 2)
+        if (auto *g = qobject_cast<QCPLayoutGrid *>(layout->element(2, 0)))
+            return g;
+    if (!make)
+        return nullptr;
+    auto *g = new QCPLayoutGrid;
+    layout->addElement(2, 0, g);
+    layout->setRowStretchFactor(2, 0.001);
+    g->setMargins(QMargins(4, 2, 4, 4));
+    return g;
+}
+
+} // namespace
+
 void fitLegendToHeight(QCustomPlot *plot)
 {
+    QCPLegend *legend = plot->legend;
+    auto *side = plot->plotLayout()->rowCount() > 1 && plot->plotLayout()->columnCount() > 1
+                     ? qobject_cast<QCPLayoutGrid *>(plot->plotLayout()->element(1, 1))
+                     : nullptr;
+    // Beside the plot while its widest entry takes at most a third of the width; else below
+    // it, in as many columns as fit (a narrow window squeezed the plot to a strip beside it,
+    // its tick labels running into each other). Decided on the entries, not on the legend's
+    // own shape, which changes with where it is.
+    int widest = 0;
+    for (int i = 0; i < legend->itemCount(); ++i)
+        if (QCPAbstractLegendItem *item = legend->item(i))
+            widest = std::max(widest, item->minimumOuterSizeHint().width());
+    widest += legend->columnSpacing();
+    // Below where that leaves the plot more room than beside it (a wide chart: never).
+    const int n = std::max(1, legend->itemCount());
+    const int rowHeight = QFontMetrics(legend->font()).height() + legend->rowSpacing() + 2;
+    const int besideRows = std::max(3, (plot->height() - 40) / std::max(1, rowHeight));
+    const int besideWidth = widest * ((n + besideRows - 1) / besideRows) + 12;
+    const int belowColumns = std::max(1, (plot->width() - 16) / std::max(1, widest));
+    const int belowHeight = rowHeight * ((n + belowColumns - 1) / belowColumns) + 12;
+    const double besideArea = double(std::max(0, plot->width() - besideWidth - 90)) * std::max(0, plot->height() - 80);
+    const double belowArea = double(std::max(0, plot->width() - 90)) * std::max(0, plot->height() - 80 - belowHeight);
+    const bool below = side && widest * 3 > plot->width() && belowArea > besideArea;
+    QCPLayoutGrid *bottom = legendBelow(plot, below);
+    if (below && legend->layout() == side) {
+        side->take(legend);
+        bottom->addElement(0, 0, legend);
+    } else if (!below && bottom && legend->layout() == bottom) {
+        bottom->take(legend);
+        side->addElement(0, 0, legend);
+    }
+    if (bottom && legend->layout() == bottom) {
+        const int columns = std::max(1, (plot->width() - 16) / std::max(1, widest));
+        if (legend->wrap() != columns || legend->fillOrder() != QCPLayoutGrid::foColumnsFirst) {
+            legend->setWrap(columns);
+            legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+        }
+        return;
+    }
     // Rows as the plot's height holds (at least three): sixteen workers wrap into columns
     // rather than run off the bottom.
-    const int row = QFontMetrics(plot->legend->font()).height() + plot->legend->rowSpacing() + 2;
+    const int row = QFontMetrics(legend->font()).height() + legend->rowSpacing() + 2;
     const int rows = std::max(3, (plot->height() - 40) / std::max(1, row));
-    if (plot->legend->wrap() != rows) {
-        plot->legend->setWrap(rows);
-        plot->legend->setFillOrder(QCPLayoutGrid::foRowsFirst, true);
+    if (legend->wrap() != rows || legend->fillOrder() != QCPLayoutGrid::foRowsFirst) {
+        legend->setWrap(rows);
+        legend->setFillOrder(QCPLayoutGrid::foRowsFirst, true);
     }
+}
+
+namespace {
+
+// Vertical axes' labels elided to their axis rect's height, once the layout has set it (drawn
+// rotated, a longer one lost both its ends). The label's length does not change the margins.
+void elideVerticalLabels(QCustomPlot *plot)
+{
+    for (QCPAxisRect *rect : plot->axisRects())
+        for (QCPAxis *axis : rect->axes(QCPAxis::atLeft | QCPAxis::atRight)) {
+            QString full = axis->property("fullLabel").toString();
+            if (full.isEmpty() || (axis->label() != full && !axis->label().endsWith(QChar(0x2026))))
+                full = axis->label();
+            axis->setProperty("fullLabel", full);
+            const QString shown = QFontMetrics(axis->labelFont()).elidedText(full, Qt::ElideRight, std::max(30, rect->height()));
+            if (shown != axis->label())
+                axis->setLabel(shown);
+        }
+}
+
+} // namespace
+
+void fitChartToWidth(QCustomPlot *plot)
+{
+    fitLegendToHeight(plot);
+    // The title elided to the width (its full text kept): centred and wider than the plot, it
+    // lost its start.
+    if (QCPTextElement *t = titleOf(plot)) {
+        QString full = t->property("fullTitle").toString();
+        if (full.isEmpty() || (t->text() != full && !t->text().endsWith(QChar(0x2026))))
+            full = t->text();
+        t->setProperty("fullTitle", full);
+        const QString shown = QFontMetrics(t->font()).elidedText(full, Qt::ElideRight, std::max(40, plot->width() - 12));
+        if (shown != t->text())
+            t->setText(shown);
+    }
+    // Horizontal axes: as many ticks as their labels have room for.
+    for (QCPAxisRect *rect : plot->axisRects())
+        for (QCPAxis *axis : rect->axes(QCPAxis::atBottom | QCPAxis::atTop)) {
+            if (!axis->visible() || !axis->ticker())
+                continue;
+            const QCPRange r = axis->range();
+            const QString widestLabel = QString::number(std::max(std::abs(r.lower), std::abs(r.upper)), 'g', 6) + QStringLiteral("0");
+            const int label = QFontMetrics(axis->tickLabelFont()).horizontalAdvance(widestLabel) + 24;
+            const int ticks = std::clamp(rect->width() / std::max(1, label), 2, 5);
+            if (axis->ticker()->tickCount() != ticks)
+                axis->ticker()->setTickCount(ticks);
+        }
 }
 
 namespace {
@@ -511,6 +619,7 @@ ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
         plot->setToolTip(metricHelp(helpKey));
         plot->setObjectName(helpKey);
         plot->installEventFilter(this);
+        connect(plot, &QCustomPlot::afterLayout, plot, [plot] { elideVerticalLabels(plot); });
         // A set minimum, not the layout's: a legend of long run names beside the plot would
         // otherwise make the window wider than a 1280-pixel projector.
         plot->setMinimumSize(240, 160);
@@ -590,7 +699,7 @@ bool ChartsWidget::eventFilter(QObject *watched, QEvent *event)
 {
     if (event->type() == QEvent::Resize)
         if (auto *plot = qobject_cast<QCustomPlot *>(watched))
-            fitLegendToHeight(plot);
+            fitChartToWidth(plot);
     return QTabWidget::eventFilter(watched, event);
 }
 
@@ -715,8 +824,10 @@ void ChartsWidget::refresh()
                 g->setLive(running);
         // Only the chart on show is drawn; the others when their tab is chosen (16 workers'
         // curves cost milliseconds each, and hidden ones were drawn for nothing).
-        if (plot->isVisible() || !running)
+        if (plot->isVisible() || !running) {
+            fitChartToWidth(plot); // titles, ranges and legends were just filled
             plot->replot(QCustomPlot::rpQueuedReplot);
+        }
     }
 }
 

@@ -94,8 +94,11 @@ private:
 void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
                 const QString &yLabel);
 
-// The legend's rows as the plot's height holds; the rest wrap into further columns.
+// The legend beside the plot, its rows as the plot's height holds (the rest wrap into further
+// columns); below it, in columns, where its widest entry would take over a third of the width.
 void fitLegendToHeight(QCustomPlot *plot);
+// The same, the title elided to the width and the horizontal axes' tick count by their room.
+void fitChartToWidth(QCustomPlot *plot);
 
 // A line of text centred in the plot's first axis rect, for a plot with nothing to show yet; an
 // empty text hides it. A legend inset in the axis rect is shown only while it has entries, so an

@@ -280,6 +280,14 @@ bool MainWindow::openRun(const QString &dir)
     showRun(run);
     m_timeline->fitAll();
     m_charts->refresh();
+    if (!m_controller->isRunning()) {
+        // The bar shows the run on show: how far the opened one got (it read 0% for a finished one).
+        const auto steps = std::max<std::int64_t>(1, run->config().steps);
+        const auto done = run->state == RunState::Finished ? steps
+                                                           : std::clamp<std::int64_t>(run->summary.value("steps_completed", 0LL), 0, steps);
+        m_progress->setRange(0, 1000);
+        m_progress->setValue(int(1000 * done / steps));
+    }
     if (run->imported()) {
         // A profiler trace is not a configuration to run again: the form keeps what it had.
         showBanner(importVerdict(*run), false);
