@@ -589,6 +589,14 @@ int commandImport(const std::vector<std::string> &args)
         std::fprintf(stderr, "syncopate-cli: import: %s\n", e.what());
         return 2;
     }
+    if (toStep >= 0) {
+        const long long last = job.firstStep + std::max<long long>(1, job.summaryFields().value("steps", 1LL)) - 1;
+        if (toStep < job.firstStep || fromStep > last) {
+            std::fprintf(stderr, "syncopate-cli: import: --window %lld:%lld is outside the trace's steps (ProfilerStep#%lld to #%lld)\n",
+                         (long long)fromStep, (long long)toStep, (long long)job.firstStep, last);
+            return 2;
+        }
+    }
     writeImportedRun(job, out);
     for (const auto &w : job.warnings)
         std::fprintf(stderr, "warning   %s\n", w.c_str());
@@ -616,7 +624,9 @@ int commandImport(const std::vector<std::string> &args)
                     job.stragglerMeanLateMs);
     else
         std::printf("straggler none found (%s)\n",
-                    job.ranks.size() < 2 ? "one rank loaded: stalls need two or more" : "no collective matched across ranks");
+                    job.ranks.size() < 2         ? "one rank loaded: stalls need two or more"
+                    : job.collectivesMatched > 0 ? "the ranks start every matched collective together"
+                                                 : "no collective matched across ranks");
     if (options.alignClocks)
         std::printf("clocks    %s\n", job.alignmentNote.c_str());
     for (const auto &n : job.notes)

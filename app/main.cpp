@@ -65,9 +65,15 @@ int main(int argc, char **argv)
         std::fprintf(stderr, "syncopate: no chart named %s (loss, stalls, staleness, memory, throughput, batchnorm)\n",
                      qPrintable(parser.value(chart)));
     // Several runs: each opened, all but the last checked to compare with the last.
-    auto openAll = [&window, dirs = parser.values(open)] {
+    // A run that cannot be opened is said on the banner, and (for scripts taking screenshots)
+    // on stderr and in the exit status.
+    bool openFailed = false;
+    auto openAll = [&window, &openFailed, dirs = parser.values(open)] {
         for (const QString &dir : dirs)
-            window.openRun(dir);
+            if (!window.openRun(dir)) {
+                openFailed = true;
+                std::fprintf(stderr, "syncopate: %s\n", qPrintable(window.bannerText()));
+            }
         for (std::size_t i = 0; i + 1 < window.runs().size(); ++i)
             window.setCompared(window.runs()[i], true);
     };
@@ -103,5 +109,6 @@ int main(int argc, char **argv)
     } else if (!shot.isEmpty()) {
         grab();
     }
-    return app.exec();
+    const int status = app.exec();
+    return status == 0 && openFailed ? 1 : status;
 }

@@ -712,6 +712,10 @@ void TestKineto::errors_data()
     QTest::newRow("negative dur")
         << QStringLiteral("negdur.json") << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 5, "dur": -3}]})") << 0
         << QStringList{QStringLiteral("negative dur"), QStringLiteral("-3 us")};
+    QTest::newRow("step number past 32 bits")
+        << QStringLiteral("bigstep.json")
+        << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#99999999999999999999", "pid": 1, "tid": 1, "ts": 5, "dur": 9}]})") << 0
+        << QStringList{QStringLiteral("step number past"), QStringLiteral("event 1")};
     QTest::newRow("no events") << QStringLiteral("noevents.json") << QStringLiteral(R"({"traceEvents": []})") << 0
                                << QStringList{QStringLiteral("no complete events"), QStringLiteral("nothing to import")};
     QTest::newRow("B and E only")
@@ -769,6 +773,12 @@ void TestKineto::twoFileErrors()
     const std::string a = write("a.json", {.rank = 0}), twice = write("b.json", {.rank = 0});
     std::string e = importError({a, twice});
     QVERIFY2(has(e, twice + ": rank 0") && has(e, a), e.c_str());
+
+    // The same file twice (by two names, or also in its folder) is not two ranks.
+    e = importError({a, d + "/./a.json"});
+    QVERIFY2(has(e, "given twice") && has(e, a), e.c_str());
+    e = importError({d, twice});
+    QVERIFY2(has(e, "b.json: given twice"), e.c_str());
 
     const std::string w4 = write("w4.json", {.rank = 1, .world = 4});
     e = importError({a, w4});

@@ -391,7 +391,7 @@ void TestMainWindow::openRunShowsItAgain()
     QCOMPARE(form.value("workers", 0), original->config().workers);
     QCOMPARE(form.value("train.steps", 0), original->config().steps);
     QVERIFY(!w.openRun(m_dir.filePath(QStringLiteral("nothing-here"))));
-    QVERIFY(w.bannerText().contains(QStringLiteral("not a directory")));
+    QVERIFY(w.bannerText().contains(QStringLiteral("no such folder")));
 }
 
 // A runs folder that cannot be written (here: under a regular file) refuses the start with a

@@ -706,6 +706,22 @@ void TestStore::unreadableRowFilesAreLeftOutAndSaid()
     QVERIFY2(run.problems[0].find("left out") != std::string::npos, run.problems[0].c_str());
     QVERIFY2(run.problems[1].find("w2.syr: a directory") != std::string::npos, run.problems[1].c_str());
     QCOMPARE(run.trace->spanCount(), std::uint64_t(50 * 3)); // worker 0's
+    // A run that ended wrote its index: row files cut since are said, not quietly re-indexed.
+    {
+        const std::string cut = smallRunFolder(m_dir, "cutafter", 2);
+        OpenedRun whole = openRunDirectory(cut);
+        whole.trace->saveIndex(cut + "/index.syi");
+        QVERIFY(openRunDirectory(cut).problems.empty());
+        ChunkWriter shorter(cut + "/w1.syr", {1, RowKind::Worker, "worker 1"});
+        for (const Record &r : steps(1, 20))
+            shorter.append(r);
+        shorter.flush();
+        const OpenedRun again = openRunDirectory(cut);
+        QCOMPARE(again.problems.size(), std::size_t(1));
+        QVERIFY2(again.problems[0].find("index.syi: counted 400 records when the run ended, the row files hold 280") != std::string::npos,
+                 again.problems[0].c_str());
+        QCOMPARE(again.trace->spanCount(), std::uint64_t(50 * 3 + 20 * 3));
+    }
     // The export writes what can be read, and says what it could not.
     const auto said = exportTraceJson(dir + "/out.json", dir);
     QCOMPARE(said.size(), std::size_t(2));

@@ -298,6 +298,16 @@ std::vector<std::string> expandInputs(const std::vector<std::string> &inputs)
         for (const std::string &n : names)
             out.push_back((fs::path(in) / n).string());
     }
+    // One file given twice (or by two names, or in a folder given too) would be two ranks.
+    std::map<std::string, std::string> seen;
+    for (const std::string &path : out) {
+        std::error_code ec;
+        const fs::path real = fs::weakly_canonical(path, ec);
+        const auto [it, fresh] = seen.emplace(ec ? path : real.string(), path);
+        if (!fresh)
+            throw ImportError(path + ": given twice" + (it->second != path ? " (also as " + it->second + ")" : std::string()) +
+                              "; each rank's trace once");
+    }
     return out;
 }
 

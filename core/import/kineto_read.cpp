@@ -480,7 +480,12 @@ void TraceSax::finishEvent()
         if (startsWith(name, "ProfilerStep#")) {
             const char *digits = name.c_str() + std::strlen("ProfilerStep#");
             char *stop = nullptr;
+            errno = 0;
             const long long n = std::strtoll(digits, &stop, 10);
+            // Step numbers go into 32 bits on the timeline: a larger one is damage, said.
+            if (stop != digits && *stop == 0 && (errno == ERANGE || n > 2'000'000'000))
+                throw ImportError(m_out.path + ": event " + std::to_string(m_index) + " (\"" + name +
+                                  "\"): a step number past 2000000000");
             if (stop != digits && *stop == 0 && n >= 0)
                 m_out.steps.push_back({n, start, end});
             return;

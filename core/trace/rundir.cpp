@@ -162,8 +162,10 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
 {
     const fs::path d(dir);
     std::error_code ec;
+    if (!fs::exists(d, ec))
+        throw StoreError(dir + ": no such folder");
     if (!fs::is_directory(d, ec))
-        throw StoreError(dir + ": not a directory");
+        throw StoreError(dir + ": not a folder (a run is a folder with config.json and row files)");
     const std::string configPath = (d / "config.json").string();
     if (!fs::exists(configPath, ec))
         throw StoreError(dir + ": config.json is missing, so this is not a Syncopate run folder");
@@ -220,10 +222,21 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     };
     run.trace = freshModel();
     bool indexed = false;
+    const std::string indexPath = (d / "index.syi").string();
     try {
-        indexed = run.trace->loadIndex((d / "index.syi").string()) && run.trace->recordCount() == records;
-    } catch (const StoreError &) {
-        indexed = false; // a damaged index is rebuilt from the row files, which are the truth
+        indexed = run.trace->loadIndex(indexPath);
+        // Written when the run ended, from every record: row files that hold fewer (or more)
+        // now changed after it ended, cut or damaged. They are read as they are, and that said.
+        if (indexed && run.trace->recordCount() != records) {
+            run.problems.push_back(indexPath + ": counted " + std::to_string(run.trace->recordCount()) +
+                                   " records when the run ended, the row files hold " + std::to_string(records) +
+                                   " now (changed since: cut short or damaged); read as they are");
+            indexed = false;
+        }
+    } catch (const StoreError &e) {
+        // A damaged index is rebuilt from the row files, which are the truth.
+        run.problems.push_back(std::string(e.what()) + "; rebuilt from the row files");
+        indexed = false;
     }
     if (!indexed)
         run.trace = freshModel();
