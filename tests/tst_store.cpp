@@ -745,7 +745,16 @@ void TestStore::unreadableRowFilesAreLeftOutAndSaid()
             writer.append(r);
         writer.flush();
     }
-    exportTraceJson(dir + "/out.json", dir);
+    // A block whose bytes fail their checksum: the export leaves it out, says so, writes the rest.
+    {
+        std::fstream f(dir + "/w0.syr", std::ios::binary | std::ios::in | std::ios::out);
+        f.seekp(std::streamoff(kChunkFileHeaderBytes + kBlockHeaderBytes + 10));
+        f.put('\x5a');
+    }
+    const auto damagedSaid = exportTraceJson(dir + "/out.json", dir);
+    QVERIFY(std::any_of(damagedSaid.begin(), damagedSaid.end(), [](const std::string &p) {
+        return p.find("w0.syr at byte 64: block checksum mismatch") != std::string::npos && p.find("left out") != std::string::npos;
+    }));
     const auto events = readJsonFile(dir + "/out.json")["traceEvents"];
     QVERIFY(std::any_of(events.begin(), events.end(), [](const nlohmann::json &e) {
         return e["name"] == "thread_name" && e["args"]["name"].get<std::string>().rfind("worker ", 0) == 0 && e["tid"] == 1;

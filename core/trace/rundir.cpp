@@ -256,12 +256,13 @@ std::vector<std::string> exportTraceJson(const std::string &path, const std::str
                              std::to_string(config.workers) + " workers");
     TraceModel trace(config.workers, config.prefetch, config.batch, hasCommLanes(rows.readers));
     trace.adoptRowFiles(std::move(rows.readers));
-    exportTraceJson(path, config, trace);
+    exportTraceJson(path, config, trace, &rows.problems);
     return rows.problems;
 }
 
 
-void exportTraceJson(const std::string &path, const RunConfig &config, const TraceModel &trace)
+void exportTraceJson(const std::string &path, const RunConfig &config, const TraceModel &trace,
+                     std::vector<std::string> *damaged)
 {
     const std::string tmp = path + ".tmp";
     std::FILE *o = std::fopen(tmp.c_str(), "wb");
@@ -318,7 +319,7 @@ void exportTraceJson(const std::string &path, const RunConfig &config, const Tra
                              counterName(r.counter()), double(r.start) / 1e3, int(r.worker), r.step,
                              who.c_str(), r.value);
             }
-        });
+        }, damaged);
     } catch (...) {
         std::fclose(o);
         std::remove(tmp.c_str());

@@ -116,7 +116,9 @@ OpenedRun openRunDirectory(const std::string &dir,
                            const std::function<bool(double)> &progress = {});
 
 // Streams a Chrome Trace Event Format file from a model's rows (no document in memory).
-void exportTraceJson(const std::string &path, const RunConfig &config, const TraceModel &trace);
+// With `damaged`, blocks that cannot be read are left out and said there; else they throw.
+void exportTraceJson(const std::string &path, const RunConfig &config, const TraceModel &trace,
+                     std::vector<std::string> *damaged = nullptr);
 // The same from a run directory's row files as they are now (a live or interrupted run too).
 // Returns what could not be read (row files left out, rows ending early at damage), said.
 std::vector<std::string> exportTraceJson(const std::string &path, const std::string &runDir);

@@ -322,14 +322,25 @@ void TraceModel::forEachRecord(const std::function<void(const Record &)> &f) con
     forEachRecord([&f](std::size_t, const Record &r) { f(r); });
 }
 
-void TraceModel::forEachRecord(const std::function<void(std::size_t row, const Record &)> &f) const
+void TraceModel::forEachRecord(const std::function<void(std::size_t row, const Record &)> &f,
+                               std::vector<std::string> *damaged) const
 {
     std::vector<Record> buf;
     for (std::size_t i = 0; i < m_rows.size(); ++i) {
         const Row &row = m_rows[i];
         if (row.file)
             for (std::size_t b = 0; b < row.file->blocks().size(); ++b) {
-                row.file->readBlock(b, buf);
+                if (damaged) {
+                    try {
+                        row.file->readBlock(b, buf);
+                    } catch (const StoreError &e) {
+                        damaged->push_back(std::string(e.what()) + "; its " + std::to_string(row.file->blocks()[b].count) +
+                                           " records are left out");
+                        continue;
+                    }
+                } else {
+                    row.file->readBlock(b, buf);
+                }
                 for (const Record &r : buf)
                     f(i, r);
             }

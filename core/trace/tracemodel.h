@@ -81,8 +81,10 @@ public:
     // Every record of every row, row by row, from the row files (then the recent spans not yet
     // in a file). Throws StoreError when a row file turns out damaged.
     void forEachRecord(const std::function<void(const Record &)> &f) const;
-    // The same with the row each record is in (a counter: the row whose file holds it).
-    void forEachRecord(const std::function<void(std::size_t row, const Record &)> &f) const;
+    // The same with the row each record is in (a counter: the row whose file holds it). A block
+    // that cannot be read throws StoreError, or with `damaged` is left out and said there.
+    void forEachRecord(const std::function<void(std::size_t row, const Record &)> &f,
+                       std::vector<std::string> *damaged = nullptr) const;
     // Spans of row r starting in [t0, t1), estimated from the summary (cheap).
     std::uint64_t countIn(std::size_t r, std::int64_t t0, std::int64_t t1) const;
 
