@@ -306,11 +306,13 @@ int commandRun(const std::vector<std::string> &args)
             if (haveSource)
                 throw ConfigError("give --preset or --config once", {});
             haveSource = true;
-            const nlohmann::json cfg =
-                a == "--preset" ? loadPreset(value()).config : readJsonFile(value());
+            const std::string source = value();
+            const nlohmann::json cfg = a == "--preset" ? loadPreset(source).config : readJsonFile(source);
             flat = flattenConfig(cfg.contains("config") && cfg["config"].is_object()
                                      ? cfg["config"]
                                      : cfg);
+            if (a == "--config")
+                resolveDataPaths(flat, source);
         } else if (a == "--set") {
             sets.push_back(value());
         } else if (a == "--out") {

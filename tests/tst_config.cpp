@@ -3,7 +3,11 @@
 #include "config.h"
 #include "session.h"
 
+#include <QTemporaryDir>
 #include <QTest>
+
+#include <filesystem>
+#include <fstream>
 
 using namespace syncopate;
 using nlohmann::json;
@@ -12,6 +16,7 @@ class TestConfig : public QObject {
     Q_OBJECT
 private Q_SLOTS:
     void defaultsResolve();
+    void dataPathsBesideTheConfig();
     void oversubscriptionIsSaid();
     void errors_data();
     void errors();
@@ -184,6 +189,23 @@ void TestConfig::oversubscriptionIsSaid()
     QVERIFY(oversubscriptionWarning(c, CoreBudget{1, 0.0}).empty());
     const CoreBudget here = coreBudget();
     QVERIFY(here.cpus >= 1 && here.load >= 0);
+}
+
+// A config's relative data paths: its working folder's file where there is one, else the one
+// beside the config file; absolute paths and missing files are left as they are.
+void TestConfig::dataPathsBesideTheConfig()
+{
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString();
+    std::filesystem::create_directories(d + "/data");
+    std::ofstream(d + "/data/img.idx") << "x";
+    nlohmann::json flat = {{"data.images", "data/img.idx"}, {"data.labels", "data/missing.idx"},
+                           {"eval.images", "/abs/img.idx"}, {"train.lr", 0.1}};
+    resolveDataPaths(flat, d + "/cfg.json");
+    QCOMPARE(flat["data.images"].get<std::string>(), d + "/data/img.idx");
+    QCOMPARE(flat["data.labels"].get<std::string>(), std::string("data/missing.idx"));
+    QCOMPARE(flat["eval.images"].get<std::string>(), std::string("/abs/img.idx"));
+    QCOMPARE(flat["train.lr"].get<double>(), 0.1);
 }
 
 QTEST_APPLESS_MAIN(TestConfig)

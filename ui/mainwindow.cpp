@@ -392,6 +392,8 @@ void MainWindow::loadConfigFile(const QString &path)
         if (j.contains("config") && j["config"].is_object())
             j = j["config"];
         if (j.is_object()) {
+            j = flattenConfig(j);
+            resolveDataPaths(j, path.toStdString());
             m_form->setFromJson(j);
             m_form->showLoadedFrom(path);
         }

@@ -505,8 +505,10 @@ void TimelineView::refresh()
         updateRowLabels();
     const bool drawn = std::any_of(m_runs.begin(), m_runs.end(), [](const RunDataPtr &r) { return r->spanCount() > 0; });
     // Set again only when it would change (every live frame looked the item up and set its font).
-    const std::tuple<QString, int, QFont> placeholder{drawn ? QString() : emptyPlotText(!m_runs.empty()),
-                                                      legend->itemCount(), font()};
+    // A run that has ended (or was opened) with nothing in it is not waiting for anything.
+    const bool ended = !m_runs.empty() && run() && run()->state != RunState::Running;
+    const QString empty = ended ? tr("This run recorded nothing on the timeline.") : emptyPlotText(!m_runs.empty());
+    const std::tuple<QString, int, QFont> placeholder{drawn ? QString() : empty, legend->itemCount(), font()};
     if (placeholder != m_placeholderFor) {
         setPlaceholder(this, std::get<0>(placeholder));
         m_placeholderFor = placeholder;

@@ -437,6 +437,23 @@ std::string closestMatch(const std::string &word, const std::vector<std::string>
     return bestDistance <= limit ? best : std::string();
 }
 
+void resolveDataPaths(nlohmann::json &flat, const std::string &configPath)
+{
+    namespace fs = std::filesystem;
+    const fs::path beside = fs::path(configPath).parent_path();
+    for (const char *key : {"data.images", "data.labels", "eval.images", "eval.labels"}) {
+        const auto it = flat.find(key);
+        if (it == flat.end() || !it->is_string() || it->get<std::string>().empty())
+            continue;
+        const fs::path p(it->get<std::string>());
+        std::error_code ec;
+        if (p.is_absolute() || fs::exists(p, ec) || beside.empty())
+            continue;
+        if (fs::exists(beside / p, ec))
+            *it = (beside / p).lexically_normal().string();
+    }
+}
+
 nlohmann::json flattenConfig(const nlohmann::json &input)
 {
     nlohmann::json out = nlohmann::json::object();

@@ -110,6 +110,12 @@ void applyAssignment(nlohmann::json &flat, const std::string &assignment);
 // Nested objects to dotted keys: {"train":{"lr":1}} -> {"train.lr":1}.
 nlohmann::json flattenConfig(const nlohmann::json &input);
 
+// A config read from a file names its data files (data.images, data.labels, eval.images,
+// eval.labels) as its author saw them: a relative path that is not there from the working
+// folder but is beside the config file is made that file's (a config shipped with its data
+// opens from anywhere). `flat` holds dotted keys.
+void resolveDataPaths(nlohmann::json &flat, const std::string &configPath);
+
 // Limits on JSON that comes from files (configs, presets, summary.json). nlohmann recurses on
 // copy, dump and comparison (and flattenConfig on sections), so nesting is bounded before any
 // of that can overflow the stack; these files nest a few levels and hold a few kilobytes.

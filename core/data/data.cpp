@@ -468,7 +468,11 @@ std::shared_ptr<const Dataset> loadTrainingData(const RunConfig &c)
     else if (c.source == "fashion-mnist")
         d = loadFashion("train", c.samples);
     else
-        d = std::make_shared<Dataset>(loadIdxDataset(c.images, c.labels, c.samples));
+        try {
+            d = std::make_shared<Dataset>(loadIdxDataset(c.images, c.labels, c.samples));
+        } catch (const DataError &e) { // which keys name the files, for a config's author
+            throw DataError(std::string("data.images / data.labels: ") + e.what());
+        }
     // Every step gathers its batch from random rows: on huge pages where the kernel has them.
     moveToHugePages(d->x);
     moveToHugePages(d->y);
