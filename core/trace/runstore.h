@@ -7,6 +7,7 @@
 //   index.syi                 the summaries for drawing without reading spans (at the end)
 //   params-*.safetensors      parameters before and after training
 //   trace.json                Chrome Trace Event Format export, streamed from the row files
+//   run.lock                  flock'ed by the writing process (RunFolderClaim)
 // A process killed at any moment leaves a directory that opens as an "interrupted" run.
 #pragma once
 
