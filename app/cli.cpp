@@ -49,8 +49,12 @@ bool g_root = true;
 // second later is the "now" there, and rank 0 uses that second to close the run.
 std::atomic<bool> g_rank{false};
 
-void onInterrupt(int)
+std::atomic<int> g_signal{0}; // the first stopping signal: SIGINT (Ctrl-C) or SIGTERM
+
+void onInterrupt(int sig)
 {
+    int none = 0;
+    g_signal.compare_exchange_strong(none, sig);
     if (g_interrupts.fetch_add(1) >= 1 && !g_rank.load())
         std::_Exit(130); // a second Ctrl-C means now
 }
@@ -317,6 +321,8 @@ int commandRun(const std::vector<std::string> &args)
             sets.push_back(value());
         } else if (a == "--out") {
             outDir = value();
+            if (outDir.empty())
+                throw ConfigError("--out needs a folder (an empty one writes runs/<time>: leave --out out)", {});
         } else if (a == "--images") {
             images = true;
         } else if (a == "--window") {
@@ -415,7 +421,8 @@ int commandRun(const std::vector<std::string> &args)
         if (g_interrupts.load() > 0 && !stopAsked) {
             stopAsked = true;
             if (g_root)
-                std::fprintf(stderr, comm ? "\nstopping...\n" : "\nstopping (Ctrl-C again to quit at once)...\n");
+                std::fprintf(stderr, comm || g_signal.load() == SIGTERM ? "\nstopping...\n"
+                                                                        : "\nstopping (Ctrl-C again to quit at once)...\n");
 #ifdef SYNCOPATE_HAVE_MPI
             if (g_mpi)
                 g_mpi->hurry(); // mpirun is ending the job: SIGKILL follows in a second
@@ -565,6 +572,8 @@ int commandImport(const std::vector<std::string> &args)
             if (i + 1 >= args.size())
                 throw ConfigError("import: --out needs a folder", {});
             out = args[++i];
+            if (out.empty())
+                throw ConfigError("import: --out needs a folder", {});
         } else if (args[i] == "--images") {
             images = true;
         } else if (args[i] == "--align-clocks") {

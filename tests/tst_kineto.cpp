@@ -774,6 +774,17 @@ void TestKineto::twoFileErrors()
     std::string e = importError({a, twice});
     QVERIFY2(has(e, twice + ": rank 0") && has(e, a), e.c_str());
 
+    // A rank and world size written as strings are numbers all the same.
+    {
+        std::string quoted = makeRank({.rank = 1});
+        const auto at = quoted.find("\"rank\": 1");
+        QVERIFY(at != std::string::npos);
+        quoted.replace(at, std::strlen("\"rank\": 1"), "\"rank\": \"1\"");
+        writeText(d + "/r1quoted.json", quoted, false);
+        const KinetoJob job = importKineto({a, d + "/r1quoted.json"});
+        QCOMPARE(job.ranks[1].rank, 1);
+        QCOMPARE(job.ranks[1].rankSource, std::string("distributedInfo"));
+    }
     // The same file twice (by two names, or also in its folder) is not two ranks.
     e = importError({a, d + "/./a.json"});
     QVERIFY2(has(e, "given twice") && has(e, a), e.c_str());

@@ -337,6 +337,17 @@ bool TraceSax::string(string_t &s)
         }
     } else if (l.ctx == Ctx::Dist && l.key == Key::Backend) {
         m_out.backend = s;
+    } else if (l.ctx == Ctx::Dist && (l.key == Key::Rank || l.key == Key::World)) {
+        // "rank": "1", as some writers quote it: a number all the same.
+        char *end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (!s.empty() && end && *end == 0 && errno == 0) {
+            if (l.key == Key::Rank)
+                m_out.rank = v, m_out.hasRank = true;
+            else
+                m_out.world = v, m_out.hasWorld = true;
+        }
     }
     return true;
 }

@@ -73,7 +73,9 @@ RunConfig readRunConfig(const std::string &path)
     try {
         return parseConfig(readJsonFile(path));
     } catch (const ConfigError &e) {
-        throw StoreError(path + ": " + e.what());
+        // readJsonFile's own errors name the file already.
+        const std::string what = e.what();
+        throw StoreError(what.rfind(path, 0) == 0 ? what : path + ": " + what);
     }
 }
 
