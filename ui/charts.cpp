@@ -402,7 +402,7 @@ void setupChart(QCustomPlot *plot, const QString &title, const QString &xLabel,
     } else {
         titleOf(plot)->setText(title);
     }
-    titleOf(plot)->setProperty("fullTitle", title);
+    titleOf(plot)->setProperty("fullText", title);
     plot->xAxis->setLabel(xLabel);
     plot->yAxis->setLabel(yLabel);
     plot->legend->setVisible(true);
@@ -499,20 +499,26 @@ void fitLegendToHeight(QCustomPlot *plot)
 
 namespace {
 
+// `shown` elided to `width`, from the full text kept on `holder` (property "fullText"): a text
+// set anew since (not an elision of the kept one) becomes the full text.
+QString elideKeepingFull(QObject *holder, const QString &shown, const QFont &font, int width)
+{
+    QString full = holder->property("fullText").toString();
+    if (full.isEmpty() || (shown != full && !shown.endsWith(QChar(0x2026))))
+        full = shown;
+    holder->setProperty("fullText", full);
+    return QFontMetrics(font).elidedText(full, Qt::ElideRight, width);
+}
+
 // Vertical axes' labels elided to their axis rect's height, once the layout has set it (drawn
 // rotated, a longer one lost both its ends). The label's length does not change the margins.
 void elideVerticalLabels(QCustomPlot *plot)
 {
     for (QCPAxisRect *rect : plot->axisRects())
-        for (QCPAxis *axis : rect->axes(QCPAxis::atLeft | QCPAxis::atRight)) {
-            QString full = axis->property("fullLabel").toString();
-            if (full.isEmpty() || (axis->label() != full && !axis->label().endsWith(QChar(0x2026))))
-                full = axis->label();
-            axis->setProperty("fullLabel", full);
-            const QString shown = QFontMetrics(axis->labelFont()).elidedText(full, Qt::ElideRight, std::max(30, rect->height()));
-            if (shown != axis->label())
+        for (QCPAxis *axis : rect->axes(QCPAxis::atLeft | QCPAxis::atRight))
+            if (const QString shown = elideKeepingFull(axis, axis->label(), axis->labelFont(), std::max(30, rect->height()));
+                shown != axis->label())
                 axis->setLabel(shown);
-        }
 }
 
 } // namespace
@@ -522,15 +528,9 @@ void fitChartToWidth(QCustomPlot *plot)
     fitLegendToHeight(plot);
     // The title elided to the width (its full text kept): centred and wider than the plot, it
     // lost its start.
-    if (QCPTextElement *t = titleOf(plot)) {
-        QString full = t->property("fullTitle").toString();
-        if (full.isEmpty() || (t->text() != full && !t->text().endsWith(QChar(0x2026))))
-            full = t->text();
-        t->setProperty("fullTitle", full);
-        const QString shown = QFontMetrics(t->font()).elidedText(full, Qt::ElideRight, std::max(40, plot->width() - 12));
-        if (shown != t->text())
+    if (QCPTextElement *t = titleOf(plot))
+        if (const QString shown = elideKeepingFull(t, t->text(), t->font(), std::max(40, plot->width() - 12)); shown != t->text())
             t->setText(shown);
-    }
     // Horizontal axes: as many ticks as their labels have room for.
     for (QCPAxisRect *rect : plot->axisRects())
         for (QCPAxis *axis : rect->axes(QCPAxis::atBottom | QCPAxis::atTop)) {

@@ -62,6 +62,17 @@ RowFiles openRowFiles(const std::string &dir)
     return out;
 }
 
+// The evaluator's row is worker `workers` (chunkfile.h), and no other row may be: a row of a
+// worker the config does not have is another run's.
+void checkRowWorker(const ChunkReader &r, const RunConfig &config)
+{
+    const bool evaluator = r.row().kind == RowKind::Evaluator;
+    if (evaluator ? r.row().worker != config.workers : r.row().worker >= config.workers)
+        throw StoreError(r.path() + ": " + (evaluator ? "the evaluator's row" : "row") + " of worker " +
+                         std::to_string(r.row().worker) + " in a run of " + std::to_string(config.workers) +
+                         " workers");
+}
+
 bool hasCommLanes(const std::vector<std::unique_ptr<ChunkReader>> &readers)
 {
     return std::any_of(readers.begin(), readers.end(), [](const auto &r) { return r->row().kind == RowKind::CommLane; });
@@ -186,12 +197,7 @@ OpenedRun openRunDirectory(const std::string &dir, const std::function<bool(doub
     for (const auto &r : readers) {
         run.tornBytes += r->tornBytes();
         records += r->records();
-        // The evaluator's row is worker `workers` (chunkfile.h), and no other row may be.
-        const bool evaluator = r->row().kind == RowKind::Evaluator;
-        if (evaluator ? r->row().worker != run.config.workers : r->row().worker >= run.config.workers)
-            throw StoreError(r->path() + ": " + (evaluator ? "the evaluator's row" : "row") + " of worker " +
-                             std::to_string(r->row().worker) + " in a run of " +
-                             std::to_string(run.config.workers) + " workers");
+        checkRowWorker(*r, run.config);
     }
     const std::string summaryPath = (d / "summary.json").string();
     if (fs::exists(summaryPath, ec)) {
@@ -253,9 +259,7 @@ std::vector<std::string> exportTraceJson(const std::string &path, const std::str
     const RunConfig config = readRunConfig((fs::path(runDir) / "config.json").string());
     RowFiles rows = openRowFiles(runDir);
     for (const auto &r : rows.readers)
-        if (r->row().kind != RowKind::Evaluator && r->row().worker >= config.workers)
-            throw StoreError(r->path() + ": row of worker " + std::to_string(r->row().worker) + " in a run of " +
-                             std::to_string(config.workers) + " workers");
+        checkRowWorker(*r, config);
     TraceModel trace(config.workers, config.prefetch, config.batch, hasCommLanes(rows.readers));
     trace.adoptRowFiles(std::move(rows.readers));
     exportTraceJson(path, config, trace, &rows.problems);
