@@ -8,10 +8,16 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace syncopate {
+
+// The part of the parameters [begin, end) one rank updates.
+struct ParamSlice {
+    std::size_t begin = 0, end = 0;
+};
 
 class GradientExchange {
 public:
@@ -22,8 +28,14 @@ public:
     virtual std::size_t prepare(int /*rank*/) { return 0; }
     // Returns the bytes this rank moved or combined.
     virtual std::size_t reduce(int rank) = 0;
-    // The mean gradients, on rank's device, valid until the next prepare().
+    // The mean gradients, on rank's device, valid until the next prepare(). Where
+    // ownedSlice() has one, only that slice of it is complete.
     virtual const float *finish(int rank) = 0;
+    // Where every replica is in host memory, the ranks may keep one copy of the parameters and
+    // each update its own slice of it with that slice of the mean, the one reduce() averaged
+    // (ZeRO's sharded update, with the gather free: everyone reads the one copy). Empty where
+    // each rank applies the whole mean to its own replica.
+    virtual std::optional<ParamSlice> ownedSlice(int /*rank*/) const { return std::nullopt; }
 };
 
 enum class ExchangeKind { Auto, SharedMemory, HostStaging };

@@ -18,6 +18,7 @@ private Q_SLOTS:
     void meanOfReplicas_data();
     void meanOfReplicas();
     void autoPicksSharedMemoryOnTheCpu();
+    void cpuRanksOwnDisjointSlices();
     void fusedMeanEqualsThePasses();
     void oneRankIsItsOwnMean();
 };
@@ -109,6 +110,42 @@ void TestExchange::autoPicksSharedMemoryOnTheCpu()
     DeviceBuffer ga(a, 8), gb(b, 8);
     auto ex = createGradientExchange({&a, &b}, {ga.data(), gb.data()}, 8);
     QCOMPARE(ex->algorithm(), std::string("shared memory"));
+}
+
+// On the CPU the ranks update slices of one copy of the parameters: the slices are the ones
+// reduce() averages, and together they cover every parameter once. One rank keeps its own.
+void TestExchange::cpuRanksOwnDisjointSlices()
+{
+    for (const std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(300001)})
+        for (const int ranks : {1, 2, 3, 5}) {
+            std::vector<std::unique_ptr<CpuDevice>> owned;
+            std::vector<Device *> devices;
+            std::vector<DeviceBuffer> grads;
+            std::vector<float *> ptrs;
+            for (int r = 0; r < ranks; ++r) {
+                owned.push_back(std::make_unique<CpuDevice>());
+                devices.push_back(owned.back().get());
+                grads.emplace_back(*owned.back(), n);
+                ptrs.push_back(grads.back().data());
+            }
+            auto ex = createGradientExchange(devices, ptrs, n);
+            if (ranks == 1) {
+                QVERIFY(!ex->ownedSlice(0));
+                continue;
+            }
+            std::size_t next = 0;
+            for (int r = 0; r < ranks; ++r) {
+                const auto slice = ex->ownedSlice(r);
+                QVERIFY(slice);
+                QCOMPARE(slice->begin, next);
+                QVERIFY(slice->end >= slice->begin);
+                next = slice->end;
+            }
+            QCOMPARE(next, n);
+            // Staged through host memory, every rank applies the whole mean.
+            auto staged = createGradientExchange(devices, ptrs, n, ExchangeKind::HostStaging);
+            QVERIFY(!staged->ownedSlice(0));
+        }
 }
 
 // The CPU's one-pass mean (blocks of dst summed and scaled while in L1, on several threads)

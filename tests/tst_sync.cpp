@@ -19,6 +19,7 @@ private Q_SLOTS:
     void workersEqualOneBigBatch();
     void reproducibleBitForBit();
     void everyPhaseIsRecorded();
+    void workersUpdateSlicesOfOneCopy();
     void stragglerHoldsTheOthersAtTheBarrier();
     void lossFalls();
     void shardedEvaluationEqualsWholeEvaluation_data();
@@ -99,6 +100,39 @@ void TestSync::everyPhaseIsRecorded()
             // before and after the reduction
             QCOMPARE((seen[std::make_tuple(w, s, int(Phase::Wait))]), 2);
         }
+}
+
+// The CPU workers of one process keep one copy of the parameters, each updating its own slice
+// after the reduce: a worker's step reads reduce, apply, then the barrier that waits for every
+// slice. (That the result is the one big batch's, bit for bit, is workersEqualOneBigBatch.)
+void TestSync::workersUpdateSlicesOfOneCopy()
+{
+    auto e = runToEnd(small(3, 8, "adam", false));
+    QCOMPARE(e->reduceAlgorithm(), std::string("shared memory, sharded update"));
+    QCOMPARE(e->replicaParams(2), e->replicaParams(0));
+    // (worker, step) -> (start, phase) of its exchange's spans
+    std::map<std::pair<int, int>, std::vector<std::pair<std::int64_t, Phase>>> order;
+    for (const auto &r : e->events().all())
+        if (r.isSpan() && r.lane() != Lane::Data &&
+            (r.phase() == Phase::Reduce || r.phase() == Phase::Apply || r.phase() == Phase::Wait))
+            order[{r.worker, int(r.step)}].emplace_back(r.start, r.phase());
+    for (auto &[key, spans] : order) {
+        std::stable_sort(spans.begin(), spans.end(),
+                         [](const auto &a, const auto &b) { return a.first < b.first; });
+        std::vector<Phase> tail;
+        for (const auto &s : spans)
+            tail.push_back(s.second);
+        QVERIFY2((tail == std::vector<Phase>{Phase::Wait, Phase::Reduce, Phase::Apply, Phase::Wait}),
+                 qPrintable(QStringLiteral("worker %1 step %2: %3").arg(key.first).arg(key.second).arg([&] {
+                     QString t;
+                     for (Phase p : tail)
+                         t += QLatin1String(phaseName(p)) + QLatin1Char(' ');
+                     return t;
+                 }())));
+    }
+    QCOMPARE(order.size(), std::size_t(3 * 25));
+    // One worker applies the whole mean to its own parameters, as before.
+    QCOMPARE(runToEnd(small(1, 8, "adam", false))->reduceAlgorithm(), std::string("shared memory"));
 }
 
 void TestSync::stragglerHoldsTheOthersAtTheBarrier()

@@ -38,7 +38,10 @@ const PhaseStyle &phaseStyle(Phase p)
             "Async: copying the server's parameters and their version.");
         // Apply shares pull's yellow: apply is sync only, pull async only, and vermillion is
         // kept for the outline of injected delays.
-        set(Phase::Apply, QColor(0xF0, 0xE4, 0x42), "apply", "Optimizer update of the replica.");
+        set(Phase::Apply, QColor(0xF0, 0xE4, 0x42), "apply",
+            "Optimizer update. Sync workers of one process on the CPU share one copy of the "
+            "parameters and each updates its own slice, the one it averaged, before the barrier; "
+            "elsewhere each replica applies the whole mean after it.");
         set(Phase::Delay, QColor(0xFF, 0xFF, 0xFF), "delay",
             "Injected straggler delay (workers_slowdown, jitter): shown, never hidden in compute.");
         set(Phase::Eval, QColor(0x33, 0x33, 0x33), "eval", "Evaluating held-out data.");

@@ -286,6 +286,10 @@ public:
     }
     std::size_t reduce(int local) override { return m_exchange->reduce(local); }
     const float *finish(int local) override { return m_exchange->finish(local); }
+    std::optional<ParamSlice> ownedSlice(int local) const override
+    {
+        return m_exchange->ownedSlice(local);
+    }
     void cancel() override { m_barrier.cancel(); }
 
 private:

@@ -72,6 +72,11 @@ public:
     // Returns the bytes this worker moved or combined.
     virtual std::size_t reduce(int local) = 0;
     virtual const float *finish(int local) = 0;
+    // Where the workers keep one copy of the parameters and each updates its own slice with the
+    // slice of the mean it reduced (GradientExchange::ownedSlice): the second arrive() then
+    // comes after the update, and waits for every slice to be updated. Empty: every worker
+    // applies finish()'s whole mean to its own replica after the second arrive().
+    virtual std::optional<ParamSlice> ownedSlice(int /*local*/) const { return std::nullopt; }
     // Every wait returns false from now on.
     virtual void cancel() = 0;
 };

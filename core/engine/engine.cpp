@@ -53,8 +53,6 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
                    m_config.classification(), m_config.checkpoint ? m_config.checkpointEvery : 0};
     spec.batchNorm = m_config.batchnorm != "none";
     m_initialParams = Model::initialParams(spec, m_config.seed);
-    const auto kind = Optimizer::parseKind(m_config.optimizer);
-    const std::size_t n = spec.paramCount();
     const int first = m_comm->firstWorker(m_config.workers);
     const int local = m_comm->localWorkers(m_config.workers);
     // Refused before any replica is built.
@@ -72,9 +70,6 @@ Engine::Engine(RunConfig config, std::shared_ptr<const Dataset> train,
         w->device = makeDevice(i);
         w->model = std::make_unique<Model>(*w->device, spec, m_config.batch);
         w->model->setParams(m_initialParams);
-        if (!m_config.async())
-            w->optimizer = std::make_unique<Optimizer>(*w->device, kind, n, float(m_config.lr),
-                                                       float(m_config.momentum));
         w->slowdown = m_config.slowdown[std::size_t(i)];
         w->jitterRng = std::make_unique<Rng>(m_config.seed, 1000 + std::uint64_t(i));
         const std::size_t targets =

@@ -30,6 +30,22 @@ public:
         else
             m_group = e.m_comm->syncGroup(devices, grads, std::size_t(e.parameterCount()),
                                           e.m_config.workers, e.m_clock);
+        // The optimizer's state covers what the worker updates: its slice of the one copy of
+        // the parameters where the workers share it, else its whole replica.
+        const auto kind = Optimizer::parseKind(e.m_config.optimizer);
+        Model &owner = *e.m_workers.front()->model;
+        for (const auto &w : e.m_workers) {
+            std::size_t count = std::size_t(e.parameterCount());
+            if (m_group)
+                if (const std::optional<ParamSlice> slice = m_group->ownedSlice(w->local)) {
+                    m_shared = true;
+                    count = slice->end - slice->begin;
+                    if (w->model.get() != &owner)
+                        w->model->shareParams(owner);
+                }
+            w->optimizer = std::make_unique<Optimizer>(*w->device, kind, count, float(e.m_config.lr),
+                                                       float(e.m_config.momentum));
+        }
         m_evals.resize(1);
         m_evals.front().shards.resize(e.m_workers.size());
         // Batch norm: every replica's running statistics after each step, for the divergence
@@ -66,7 +82,9 @@ public:
 
     std::string reduceAlgorithm() const override
     {
-        return m_backup ? m_backup->algorithm() : m_group->algorithm();
+        if (m_backup)
+            return m_backup->algorithm();
+        return m_shared ? m_group->algorithm() + ", sharded update" : m_group->algorithm();
     }
 
 private:
@@ -113,12 +131,25 @@ private:
         const std::size_t moved = m_group->reduce(w.local);
         t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(moved));
 
-        e.enter(w, Phase::Wait, step);
-        if (!barrierWait(w, s32, t0))
-            return;
-
-        e.enter(w, Phase::Apply, step);
-        {
+        if (m_shared) {
+            // Its slice of the one copy; the others read it after the barrier.
+            e.enter(w, Phase::Apply, step);
+            {
+                const ParamSlice slice = *m_group->ownedSlice(w.local);
+                ScopedSpan apply(&w.rec, Phase::Apply, s32, t0);
+                w.optimizer->step(w.model->params() + slice.begin,
+                                  m_group->finish(w.local) + slice.begin);
+                w.device->synchronize();
+            }
+            t0 = w.rec.now();
+            e.enter(w, Phase::Wait, step);
+            if (!barrierWait(w, s32, t0))
+                return;
+        } else {
+            e.enter(w, Phase::Wait, step);
+            if (!barrierWait(w, s32, t0))
+                return;
+            e.enter(w, Phase::Apply, step);
             ScopedSpan apply(&w.rec, Phase::Apply, s32, t0);
             w.optimizer->step(w.model->params(), m_group->finish(w.local));
         }
@@ -288,6 +319,7 @@ private:
     };
 
     std::unique_ptr<SyncGroup> m_group;          // plain sync
+    bool m_shared = false; // the workers update slices of one copy (SyncGroup::ownedSlice)
     std::unique_ptr<BackupSyncGroup> m_backup;   // sync.backup_workers > 0
     std::unique_ptr<RunningStatsBoard> m_board;  // batch norm without backup workers
     std::mutex m_evalMutex;

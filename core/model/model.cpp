@@ -73,7 +73,8 @@ Activation parseActivation(const std::string &name)
 Model::Model(Device &device, ModelSpec spec, int batch)
     : m_device(&device), m_spec(std::move(spec)), m_batch(batch),
       m_checkpoint(m_spec.checkpointEvery > 0),
-      m_params(device, m_spec.paramCount()), m_grads(device, m_spec.paramCount()),
+      m_params(device, m_spec.paramCount()), m_paramData(m_params.data()),
+      m_paramCount(m_params.size()), m_grads(device, m_spec.paramCount()),
       m_running(device, m_spec.runningStatsCount()), m_batchStats(device, m_spec.runningStatsCount())
 {
     const int L = m_spec.linearLayers();
@@ -206,13 +207,21 @@ void Model::setParams(const std::vector<float> &host)
     if (host.size() != paramCount())
         throw std::invalid_argument("setParams: expected " + std::to_string(paramCount()) +
                                     " values, got " + std::to_string(host.size()));
-    m_device->upload(m_params.data(), host.data(), host.size());
+    m_device->upload(m_paramData, host.data(), host.size());
+}
+
+void Model::shareParams(const Model &owner)
+{
+    if (owner.paramCount() != paramCount() || owner.m_device->memorySpace() != m_device->memorySpace())
+        throw std::invalid_argument("shareParams: another shape or another memory space");
+    m_params.reset();
+    m_paramData = owner.m_paramData;
 }
 
 std::vector<float> Model::paramsToHost() const
 {
     std::vector<float> host(paramCount());
-    m_device->download(host.data(), m_params.data(), host.size());
+    m_device->download(host.data(), m_paramData, host.size());
     return host;
 }
 

@@ -74,14 +74,18 @@ public:
     const ModelSpec &spec() const { return m_spec; }
     Device &device() const { return *m_device; }
     int batch() const { return m_batch; }
-    std::size_t paramCount() const { return m_params.size(); }
-    float *params() const { return m_params.data(); }
+    std::size_t paramCount() const { return m_paramCount; }
+    float *params() const { return m_paramData; }
     float *grads() const { return m_grads.data(); }
 
     // He (relu, gelu) or Xavier (tanh, output layer) initial weights, zero biases.
     // Batch norm's scale 1 and shift 0 (torch's defaults).
     static std::vector<float> initialParams(const ModelSpec &spec, std::uint64_t seed);
     void setParams(const std::vector<float> &host);
+    // From now on this model reads and writes owner's parameters, and frees its own: the sync
+    // workers of one process keep one copy (SyncGroup::parameterSlice). Same spec, and owner's
+    // device in the same memory space; owner must outlive this model's use of them.
+    void shareParams(const Model &owner);
     std::vector<float> paramsToHost() const;
     std::vector<float> gradsToHost() const;
 
@@ -136,10 +140,10 @@ private:
     int segmentEnd(int s) const;
     std::int64_t slotBytes(int layer) const;
     std::int64_t outputBytes(int layer) const;
-    const float *weight(int l) const { return m_params.data() + m_spec.weightOffset(l); }
-    const float *bias(int l) const { return m_params.data() + m_spec.biasOffset(l); }
-    const float *gamma(int l) const { return m_params.data() + m_spec.gammaOffset(l); }
-    const float *beta(int l) const { return m_params.data() + m_spec.betaOffset(l); }
+    const float *weight(int l) const { return m_paramData + m_spec.weightOffset(l); }
+    const float *bias(int l) const { return m_paramData + m_spec.biasOffset(l); }
+    const float *gamma(int l) const { return m_paramData + m_spec.gammaOffset(l); }
+    const float *beta(int l) const { return m_paramData + m_spec.betaOffset(l); }
     // recompute: a checkpointed segment again, normalised by the statistics of the first pass.
     void forwardLayer(int l, const float *in, const Slot &s, float *a, bool recompute);
     void backwardLayer(int l, const float *in, const Slot &s, float *dOut, float *dIn);
@@ -157,7 +161,9 @@ private:
     ModelSpec m_spec;
     int m_batch;
     bool m_checkpoint;
-    DeviceBuffer m_params;
+    DeviceBuffer m_params;    // empty once shareParams() was called
+    float *m_paramData;       // m_params' or the owner's
+    std::size_t m_paramCount;
     DeviceBuffer m_grads;
     // One per layer, for batch() rows: the device prepares its kernels once, here.
     std::vector<std::unique_ptr<LinearPlan>> m_plans;
