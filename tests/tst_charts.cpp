@@ -20,6 +20,7 @@ private Q_SLOTS:
     void liveCurvesCoverTheSameColumns_data();
     void liveCurvesCoverTheSameColumns();
     void coveredColumnsLeftOutAlike();
+    void hiddenChartsCatchUpWhenShown();
 };
 
 void TestCharts::spreadBandByHand()
@@ -421,6 +422,51 @@ void TestCharts::coveredColumnsLeftOutAlike()
     run->state = RunState::Finished;
     charts.refresh();
     QVERIFY(image() != together);
+}
+
+
+// On screen during a live run, only the chart on show is filled each second; a tab change
+// fills the one it shows with everything it missed, as a refill would.
+void TestCharts::hiddenChartsCatchUpWhenShown()
+{
+    RunConfig c;
+    c.workers = 3;
+    c.batchnorm = "local";
+    auto run = std::make_shared<RunData>(c, QStringLiteral("live"));
+    QCOMPARE(run->state, RunState::Running);
+    ChartsWidget live;
+    live.resize(900, 600);
+    live.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&live));
+    live.setRuns(run, {});
+    run->append(steps(c.workers, false, 0, 6));
+    live.refresh();
+    live.setCurrentIndex(0);
+    QVERIFY(live.lossPlot()->isVisible());
+    run->append(steps(c.workers, false, 6, 9));
+    live.refresh();
+    QVERIFY(live.lossPlot()->graph(0)->dataCount() > 0);
+    // Not filled while hidden.
+    const auto points = [](QCustomPlot *p) {
+        int n = 0;
+        for (int g = 0; g < p->graphCount(); ++g)
+            n += p->graph(g)->dataCount();
+        return n;
+    };
+    auto refilled = std::make_unique<ChartsWidget>();
+    refilled->setRuns(run, {});
+    refilled->refresh();
+    QVERIFY(points(live.stallPlot()) < points(refilled->stallPlot()));
+    for (int tab = 0; tab < live.count(); ++tab)
+        if (live.isTabVisible(tab))
+            live.setCurrentIndex(tab);
+    compareCharts(live, *refilled, "after every tab was shown");
+    // Once the run has ended every chart is filled, shown or not.
+    run->append(steps(c.workers, false, 15, 4));
+    run->state = RunState::Finished;
+    live.refresh();
+    refilled->refresh();
+    compareCharts(live, *refilled, "after the run ended");
 }
 
 QTEST_MAIN(TestCharts)

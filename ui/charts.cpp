@@ -608,8 +608,10 @@ QString emptyPlotText(bool haveRun)
 
 ChartsWidget::ChartsWidget(QWidget *parent) : QTabWidget(parent)
 {
-    // A live run draws only the chart on show; the one a tab change shows is drawn then.
+    // A live run fills and draws only the chart on show; the one a tab change shows then.
     connect(this, &QTabWidget::currentChanged, this, [this] {
+        if (m_current && m_current->state == RunState::Running)
+            return refresh();
         for (auto &[name, plot] : plots())
             if (plot->isVisible())
                 plot->replot(QCustomPlot::rpQueuedReplot);
@@ -800,15 +802,23 @@ void ChartsWidget::setPresentationScale(double scale)
 
 void ChartsWidget::refresh()
 {
-    fillLoss();
-    fillStalls();
-    fillStaleness();
-    fillMemory();
-    fillThroughput();
-    fillBatchNorm();
     const bool haveRun = m_current || !m_compare.empty();
     const bool running = m_current && m_current->state == RunState::Running;
+    // While a run is live, only the chart on show is filled and drawn, and a tab change fills
+    // the one it shows: rescaling each hidden chart read every point of its 16 curves every
+    // second, for nothing. The series feed only what is new, so a chart catches up when shown.
+    // (A charts panel not on screen at all, a closed dock, fills them all, as it always did.)
+    auto due = [&](const QCustomPlot *plot) { return !running || !isVisible() || plot->isVisible(); };
+    const std::pair<QCustomPlot *, void (ChartsWidget::*)()> fills[] = {
+        {m_loss, &ChartsWidget::fillLoss},         {m_stalls, &ChartsWidget::fillStalls},
+        {m_staleness, &ChartsWidget::fillStaleness}, {m_memory, &ChartsWidget::fillMemory},
+        {m_throughput, &ChartsWidget::fillThroughput}, {m_batchNorm, &ChartsWidget::fillBatchNorm}};
+    for (const auto &[plot, fill] : fills)
+        if (due(plot))
+            (this->*fill)();
     for (auto &[name, plot] : plots()) {
+        if (!due(plot))
+            continue;
         QString text;
         if (m_current && m_current->imported() && m_compare.empty() && plot != m_stalls && !hasData(plot))
             text = plot == m_loss        ? tr("A profiler trace records no loss:\nthis chart is for Syncopate's own runs.")
@@ -822,8 +832,7 @@ void ChartsWidget::refresh()
         for (int i = 0; i < plot->graphCount(); ++i)
             if (auto *g = dynamic_cast<ColumnGraph *>(plot->graph(i)))
                 g->setLive(running);
-        // Only the chart on show is drawn; the others when their tab is chosen (16 workers'
-        // curves cost milliseconds each, and hidden ones were drawn for nothing).
+        // Only the chart on show is drawn (16 workers' curves cost milliseconds each).
         if (plot->isVisible() || !running) {
             fitChartToWidth(plot); // titles, ranges and legends were just filled
             plot->replot(QCustomPlot::rpQueuedReplot);

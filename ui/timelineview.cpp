@@ -431,6 +431,7 @@ void TimelineView::paintEvent(QPaintEvent *event)
     if (!painter.isActive())
         return;
     m_direct = &painter; // updateLayout fills the background once the plot area is known
+    m_directRegion = event->region();
     // A live frame repaints the plot and the time axis: the row labels beside the plot are
     // left out of it unless the region reaches one of them (the last row's, say, below the plot).
     const QRect plot = plotRect()->rect();
@@ -467,7 +468,8 @@ void TimelineView::updateLayout()
     const auto background = qScopeGuard([this] {
         if (!m_direct)
             return;
-        QRegion fill(viewport());
+        // Only what this paint covers (a live frame: the time axis' strip).
+        QRegion fill = m_directRegion & viewport();
         if (m_plottable->coversArea())
             fill -= plotRect()->rect();
         for (const QRect &r : fill)

@@ -126,6 +126,7 @@ private:
     LayoutBasis m_laidOut;
     QCPRange m_rowTicksFor; // the row axis' range its ticks were last prepared for
     QCPPainter *m_direct = nullptr; // paintEvent's painter, while it draws onto the widget
+    QRegion m_directRegion;         // and the region it paints
     // What was around the plot (title, row labels, legend) when the whole widget was last
     // painted: while it is the same, a live frame repaints only the plot and its time axis.
     struct Chrome {
