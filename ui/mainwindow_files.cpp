@@ -305,7 +305,7 @@ bool MainWindow::openRun(const QString &dir)
                       run->summaryProblems).arg(QDir(dir).dirName().toHtmlEscaped()), false);
     if (!run->problems.isEmpty())
         showBanner(tr("%1 opened with %n problem(s); what could be read is shown. %2", nullptr, int(run->problems.size()))
-                       .arg(QDir(dir).dirName().toHtmlEscaped(), run->problems.join(QStringLiteral(" ")).toHtmlEscaped()),
+                       .arg(QDir(dir).dirName().toHtmlEscaped(), run->problems.join(QStringLiteral("; ")).toHtmlEscaped()),
                    false);
     if (run->writtenElsewhere)
         showBanner(tr("%1 is being written by another process now: shown as far as it has got. Open it again to see more.")
