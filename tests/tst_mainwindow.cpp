@@ -3,6 +3,7 @@
 // field marked, and a saved run opens again as it was.
 #include "charts.h"
 #include "comparison.h"
+#include "engine.h"
 #include "experimentform.h"
 #include "gpubackend.h"
 #include "mainwindow.h"
@@ -61,6 +62,7 @@ private Q_SLOTS:
     void oldSettingsAreMigratedOrDropped();
     void recentListsRoundTrip_data();
     void recentListsRoundTrip();
+    void aRunWrittenElsewhereIsFollowed();
 
 private:
     static bool runWith(MainWindow &w, const QString &preset, int steps);
@@ -826,6 +828,56 @@ void TestMainWindow::recentListsRoundTrip()
     QVERIFY(b.load(s).isEmpty());
     QCOMPARE(b.recentConfigs, list);
     QCOMPARE(b.recentRuns, list);
+}
+
+// A run folder another process is writing (here an Engine of the test's own, which holds the
+// folder's lock as syncopate-cli would) is followed live when opened, and read as it ended once
+// its writer lets go: the spans of opening the finished folder. Stop stops following only.
+void TestMainWindow::aRunWrittenElsewhereIsFollowed()
+{
+    MainWindow &w = *m_window;
+    QVERIFY(!w.controller()->isRunning());
+    const nlohmann::json config = {{"workers", 2}, {"data", {{"source", "blobs"}, {"samples", 256}}},
+                                   {"train", {{"steps", 300}, {"batch", 8}}}, {"eval", {{"samples", 0}}}};
+    for (const bool stopFollowing : {false, true}) {
+        const QString dir = m_dir.filePath(stopFollowing ? QStringLiteral("elsewhere-left") : QStringLiteral("elsewhere"));
+        PreparedRun p = prepareRun(config);
+        Engine e(p.config, p.train, p.eval);
+        e.setOutputDirectory(dir.toStdString());
+        e.setPaused(0, true); // held at its first step until the window follows it
+        e.start();
+        QTRY_VERIFY_WITH_TIMEOUT(QFileInfo::exists(dir + QStringLiteral("/config.json")), 20000);
+        const qsizetype listed = w.runListTexts().size();
+        QVERIFY(w.openRun(dir));
+        QVERIFY(w.controller()->following());
+        QTRY_COMPARE_WITH_TIMEOUT(w.runListTexts().size(), listed + 1, 20000);
+        QVERIFY2(w.runListTexts().back().contains(QStringLiteral("(running)")), qPrintable(w.runListTexts().back()));
+        QSignalSpy finished(&w, &MainWindow::runFinished);
+        if (stopFollowing) {
+            w.controller()->stop();
+            QCOMPARE(finished.size(), 1);
+            QVERIFY(!w.controller()->isRunning());
+            const RunDataPtr left = w.runs().back();
+            QCOMPARE(left->state, RunState::Stopped);
+            QVERIFY(left->writtenElsewhere);
+            e.setPaused(0, false);
+            e.wait(); // the run went on without the window
+            QCOMPARE(e.state(), RunState::Finished);
+            continue;
+        }
+        e.setPaused(0, false);
+        e.wait();
+        QVERIFY(finished.wait(20000));
+        const RunDataPtr followed = w.runs().back();
+        QCOMPARE(followed->state, RunState::Finished);
+        QVERIFY(!followed->interrupted && !followed->writtenElsewhere);
+        QCOMPARE(followed->summary.value("steps_completed", 0), 300);
+        QString error;
+        const RunDataPtr opened = RunController::openRun(dir, &error);
+        QVERIFY2(opened, qPrintable(error));
+        QVERIFY(followed->spanCount() > 0);
+        QCOMPARE(followed->spanCount(), opened->spanCount());
+    }
 }
 
 QTEST_MAIN(TestMainWindow)

@@ -200,11 +200,14 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent), m_controller(new 
     connect(m_controller, &RunController::runFailed, this, &MainWindow::onRunFailed);
     connect(m_controller, &RunController::dataAvailable, this, [this] {
         m_timeline->refresh();
-        // Charts at a thirtieth of the timeline's rate (1 Hz): they redraw every point (sixteen
-        // workers' curves were a fifth of the GUI thread's time at 2 Hz), and a curve that
-        // moves once a second still reads as live.
-        if (++m_chartTick % 30 == 0)
+        // Charts once a second: they redraw every point (sixteen workers' curves were a fifth
+        // of the GUI thread's time at 2 Hz), and a curve that moves once a second still reads
+        // as live. By the clock, not by a count of the timeline's updates: a run followed in
+        // its folder (MPI ranks, another process) brings new records only when it flushes.
+        if (!m_chartClock.isValid() || m_chartClock.elapsed() >= 1000) {
+            m_chartClock.start();
             m_charts->refresh();
+        }
     });
     connect(m_timeline, &TimelineView::followLiveChanged, m_followAction, &QAction::setChecked);
 
@@ -507,6 +510,15 @@ void MainWindow::onRunFinished(const RunDataPtr &run)
             m_browser->refresh();
     }
     const auto &s = run->summary;
+    if (run->writtenElsewhere) { // no longer followed; it goes on in its own process
+        m_stepLabel->setText(tr("%1 no longer followed").arg(run->label()));
+        fitStatusLabel(m_stepLabel);
+        m_timeLabel->clear();
+        statusBar()->showMessage(tr("Stopped following %1: the run goes on in its own process; open it again to follow it")
+                                     .arg(run->label()), 15000);
+        Q_EMIT runFinished();
+        return;
+    }
     // Beside the progress bar, what stays: the run, its steps, its rate and time.
     m_stepLabel->setText(tr("%1 %2, %3 steps").arg(run->label(), QString::fromLatin1(runStateName(run->state)))
                              .arg(s.value("steps_completed", 0)));

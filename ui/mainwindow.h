@@ -152,7 +152,7 @@ private:
     std::vector<RunDataPtr> m_runs;
     RunDataPtr m_shown;
     QFont m_baseFont;
-    int m_chartTick = 0;
+    QElapsedTimer m_chartClock; // the charts' last live refresh
     QElapsedTimer m_statusClock; // status bar updates, a few a second
     QSize defaultSize() const;
     QByteArray m_defaultState;

@@ -276,6 +276,14 @@ bool MainWindow::openRun(const QString &dir)
     }
     hideBanner();
     AppSettings::addRecent(m_settings.recentRuns, QFileInfo(dir).absoluteFilePath());
+    // Another process is writing it (syncopate-cli run, another window): followed live, with
+    // its knobs, until that process ends it. Not while a run of ours goes on, and not when
+    // what it has so far is damaged: then the snapshot below, with the banner.
+    if (run->writtenElsewhere && run->problems.isEmpty() && !run->imported() && m_controller->follow(dir, run->label())) {
+        statusBar()->showMessage(tr("Following %1 live; Stop stops following, not the run")
+                                     .arg(QDir(dir).dirName()), 10000);
+        return true;
+    }
     addRunToList(run);
     showRun(run);
     m_timeline->fitAll();
@@ -308,7 +316,8 @@ bool MainWindow::openRun(const QString &dir)
                        .arg(QDir(dir).dirName().toHtmlEscaped(), run->problems.join(QStringLiteral("; ")).toHtmlEscaped()),
                    false);
     if (run->writtenElsewhere)
-        showBanner(tr("%1 is being written by another process now: shown as far as it has got. Open it again to see more.")
+        showBanner(tr("%1 is being written by another process now: shown as far as it has got (it is followed live "
+                      "when no run of this window is going). Open it again to see more.")
                        .arg(QDir(dir).dirName().toHtmlEscaped()), false);
     return true;
 }

@@ -1,6 +1,7 @@
 #include "runcontroller.h"
 
 #include "runfollow.h"
+#include "runstore.h"
 
 #include <QCoreApplication>
 #include <QDateTime>
@@ -233,8 +234,32 @@ bool RunController::start(const nlohmann::json &config, const QString &label,
     return true;
 }
 
+bool RunController::follow(const QString &dir, const QString &label)
+{
+    if (isRunning())
+        return false;
+    m_engine.reset();
+    m_mpirun.reset();
+    m_follow = std::make_unique<RunFollower>(dir.toStdString());
+    m_following = true;
+    m_mpiDir = dir;
+    m_mpiLabel = label;
+    m_mpiConfigFile.clear();
+    m_mpiStep = 0;
+    m_mpiExited = false;
+    m_run.reset();
+    m_log.clear();
+    m_timer.start();
+    poll(); // what is there already, at once
+    return true;
+}
+
 void RunController::stop()
 {
+    if (m_following) {
+        finishFollow(true);
+        return;
+    }
     if (m_mpirun && m_mpirun->state() != QProcess::NotRunning) {
         m_mpirun->terminate();
         m_killTimer.start();
@@ -245,14 +270,14 @@ void RunController::stop()
 
 bool RunController::isRunning() const
 {
-    if (m_mpirun)
+    if (m_mpirun || m_following)
         return m_timer.isActive();
     return m_engine && !m_engine->finished() && m_timer.isActive();
 }
 
 void RunController::setSlowdown(int worker, double factor)
 {
-    if (m_mpirun) {
+    if (m_mpirun || m_following) {
         if (worker >= 0 && std::size_t(worker) < m_knobSlowdown.size()) {
             m_knobSlowdown[std::size_t(worker)] = std::max(1.0, factor);
             writeControl();
@@ -265,7 +290,7 @@ void RunController::setSlowdown(int worker, double factor)
 
 void RunController::setPaused(int worker, bool paused)
 {
-    if (m_mpirun) {
+    if (m_mpirun || m_following) {
         if (worker >= 0 && std::size_t(worker) < m_knobPaused.size()) {
             m_knobPaused[std::size_t(worker)] = paused;
             writeControl();
@@ -279,7 +304,7 @@ void RunController::setPaused(int worker, bool paused)
 void RunController::setAllPaused(bool paused)
 {
     m_allPaused = paused;
-    if (m_mpirun) {
+    if (m_mpirun || m_following) {
         std::fill(m_knobPaused.begin(), m_knobPaused.end(), paused);
         writeControl();
         return;
@@ -292,14 +317,14 @@ void RunController::setAllPaused(bool paused)
 
 double RunController::slowdown(int worker) const
 {
-    if (m_mpirun)
+    if (m_mpirun || m_following)
         return worker >= 0 && std::size_t(worker) < m_knobSlowdown.size() ? m_knobSlowdown[std::size_t(worker)] : 1.0;
     return m_engine ? m_engine->slowdown(worker) : 1.0;
 }
 
 bool RunController::paused(int worker) const
 {
-    if (m_mpirun)
+    if (m_mpirun || m_following)
         return worker >= 0 && std::size_t(worker) < m_knobPaused.size() && m_knobPaused[std::size_t(worker)];
     return m_engine && m_engine->paused(worker);
 }
@@ -323,7 +348,8 @@ void RunController::writeControl()
 
 void RunController::pollMpi()
 {
-    const bool exited = m_mpiExited; // read first: what rank 0 wrote before it ended is all read below
+    // Read first: what rank 0 (or the followed process) wrote before it ended is all read below.
+    const bool exited = m_following ? !runFolderBeingWritten(m_mpiDir.toStdString()) : m_mpiExited;
     try {
         if (!m_run && m_follow->config()) {
             m_run = std::make_shared<RunData>(*m_follow->config(), m_mpiLabel);
@@ -346,17 +372,51 @@ void RunController::pollMpi()
                 Q_EMIT dataAvailable();
             }
             const qint64 total = m_run->config().steps;
-            const double elapsed = double(m_mpiClock.elapsed()) / 1e3;
+            // A followed run began before we looked: its own clock, to its newest record.
+            const double elapsed = m_following ? double(m_run->endNs()) / 1e9 : double(m_mpiClock.elapsed()) / 1e3;
             const double rate = elapsed > 0 ? double(m_mpiStep) * double(m_run->config().samplesPerStep()) / elapsed : 0.0;
             const double remaining = m_mpiStep > 0 ? elapsed * double(total - m_mpiStep) / double(m_mpiStep) : -1.0;
             Q_EMIT progressChanged(m_mpiStep, total, rate, elapsed, remaining);
         }
     } catch (const std::exception &e) {
         appendLog(QStringLiteral("\n[%1]\n").arg(QString::fromStdString(e.what())));
+        if (m_following) { // a damaged row file or config: shown as far as it could be read
+            const QString what = QString::fromStdString(e.what());
+            if (m_run)
+                m_run->problems.push_back(what);
+            finishFollow(true);
+            Q_EMIT runFailed(tr("Stopped following %1: %2").arg(m_mpiDir, what), {});
+            return;
+        }
         stop();
     }
-    if (exited)
+    if (exited && m_following)
+        finishFollow(false);
+    else if (exited)
         finishMpi();
+}
+
+void RunController::finishFollow(bool detached)
+{
+    m_timer.stop();
+    m_following = false;
+    if (!m_run) { // its process went before config.json was complete, or was let go of first
+        if (!detached)
+            Q_EMIT runFailed(tr("%1: the process writing this run ended before its config.json was complete")
+                                 .arg(m_mpiDir), {});
+        return;
+    }
+    m_run->summary = m_follow->summary(); // an empty object before the run has one
+    if (detached) { // the run goes on over there
+        m_run->state = RunState::Stopped;
+        m_run->writtenElsewhere = true;
+    } else {
+        const std::string status = m_run->summary.value("status", "running");
+        m_run->interrupted = status == "running"; // its process died without closing it
+        m_run->state = m_run->interrupted ? RunState::Stopped : runStateFromName(status);
+        m_run->error = QString::fromStdString(m_run->summary.value("error", ""));
+    }
+    Q_EMIT runFinished(m_run);
 }
 
 void RunController::finishMpi()
@@ -387,7 +447,7 @@ void RunController::finishMpi()
 
 void RunController::poll()
 {
-    if (m_mpirun) {
+    if (m_mpirun || m_following) {
         pollMpi();
         return;
     }

@@ -51,8 +51,15 @@ public:
     // mpirun or syncopate-cli cannot be found.
     static QStringList mpiCommand(const MpiLaunch &launch, const QString &configFile, const QString &outDir,
                                   QString *program, QString *error);
+    // Follows a run that another process is writing in dir (syncopate-cli run, another window)
+    // as an MPI run is followed: its records as they are flushed, the knobs through the folder's
+    // control.json, until that process lets go of the folder (runFolderBeingWritten), when the
+    // run is read as it ended. False while a run of this controller is going.
+    bool follow(const QString &dir, const QString &label);
+    bool following() const { return m_following; }
     // An MPI run: SIGTERM to mpirun, which passes it to every rank (rank 0 closes the run as
-    // stopped); mpirun killed if it is still there after 1.5 s. Otherwise the engine stops.
+    // stopped); mpirun killed if it is still there after 1.5 s. A followed run: following
+    // stops, the run goes on in its process (shown as far as it got). Otherwise the engine stops.
     void stop();
     bool isRunning() const;
     RunDataPtr run() const { return m_run; }
@@ -86,6 +93,8 @@ private:
     void finish();
     void pollMpi();
     void finishMpi();
+    // A followed run: ended in its process (read as it ended), or no longer followed.
+    void finishFollow(bool detached);
     // A new folder's path under runsDirectory: the time, the hint, "-2" ... when taken.
     static QString newRunFolder(const QString &runsDirectory, const QString &hint);
     void appendLog(const QString &text);
@@ -105,6 +114,7 @@ private:
     QElapsedTimer m_mpiClock;
     qint64 m_mpiStep = 0;
     bool m_mpiExited = false;
+    bool m_following = false; // m_follow reads another process's run, with no mpirun of ours
     QTimer m_killTimer;
     std::vector<double> m_knobSlowdown; // an MPI run's knobs, as control.json has them
     std::vector<bool> m_knobPaused;
