@@ -61,6 +61,7 @@ struct RankSpec {
     bool withSeq = false;
     std::vector<Coll> colls; // replaces the default collective {"0", k, 60 ms + late, 70 ms}
     long long ncclStream = 20; // the j-th collective's kernels run on stream ncclStream + j
+    long long ncclGpu = -1;    // the device (pid) of the NCCL kernels; -1: the rank's own
 };
 
 // One rank's trace. Each step s (100 ms apart, window [s, s+99 ms]) holds, in ms from s:
@@ -82,12 +83,13 @@ std::string makeRank(const RankSpec &r)
                      ", \"dur\": " + us(e - s) + ", \"args\": " + args + "}");
     };
     auto launch = [&](long long tid, Ns at, long long stream, Ns s, Ns e, const std::string &name,
-                      const std::string &cat = "kernel") {
+                      const std::string &cat = "kernel", long long device = -1) {
         ++corr;
+        const long long on = device >= 0 ? device : gpu;
         x("cuda_runtime", cat == "kernel" ? "cudaLaunchKernel" : "cudaMemcpyAsync", cpu, tid, at, at + 5000,
           "{\"External id\": 7, \"correlation\": " + std::to_string(corr) + "}");
-        x(cat, name, gpu, stream, s, e,
-          "{\"device\": " + std::to_string(gpu) + ", \"stream\": " + std::to_string(stream) +
+        x(cat, name, on, stream, s, e,
+          "{\"device\": " + std::to_string(on) + ", \"stream\": " + std::to_string(stream) +
               ", \"correlation\": " + std::to_string(corr) + ", \"grid\": [1, 1, 1]}");
     };
     ev.push_back("{\"name\": \"process_name\", \"ph\": \"M\", \"ts\": 0, \"pid\": 1, \"tid\": 0, \"args\": {\"name\": \"python\"}}");
@@ -118,7 +120,8 @@ std::string makeRank(const RankSpec &r)
                 args += ", \"Process Group Name\": \"" + c.pg + "\", \"Seq\": " + std::to_string(c.seq);
             x("cpu_op", "record_param_comms", cpu, 11, at, at + kMs / 2, args + "}");
             launch(11, at + kMs / 10, r.ncclStream + long(j), s + c.start, s + c.end,
-                   "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)");
+                   "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "kernel",
+                   r.ncclGpu);
         }
         x("user_annotation", "Optimizer.step#SGD.step", cpu, 10, s + 75 * kMs, s + 85 * kMs);
         x("cpu_op", "aten::add_", cpu, 10, s + 76 * kMs, s + 77 * kMs);
@@ -395,12 +398,22 @@ private Q_SLOTS:
     void errors();
     void twoFileErrors();
     void rowsPerStreamAndThread();
+    void oneStreamIdOnTwoGpus();
     void realTracesImport();
     void realTraceRows_data();
     void realTraceRows();
     void realTraceFigures_data();
     void realTraceFigures();
 };
+
+// A rank's streams (gpuStreams or ncclStreams) as the trace's stream ids.
+static std::vector<long long> streamIdsOf(const ImportedRank &r, const std::vector<long long> &keys)
+{
+    std::vector<long long> ids;
+    for (const long long k : keys)
+        ids.push_back(r.streamIds.at(std::size_t(k)).second);
+    return ids;
+}
 
 void TestKineto::twoRanksFromFolder()
 {
@@ -418,7 +431,7 @@ void TestKineto::twoRanksFromFolder()
     QVERIFY(has(job.ranks[1].file, "r1.json"));
     QCOMPARE(job.worldSize, 2);
     QCOMPARE(job.ranks[0].cpuThreads, (std::vector<long long>{10, 11}));
-    QCOMPARE(job.ranks[0].gpuStreams, (std::vector<long long>{7, 8, 20}));
+    QCOMPARE(streamIdsOf(job.ranks[0], job.ranks[0].gpuStreams), (std::vector<long long>{7, 8, 20}));
     QVERIFY(job.warnings.empty());
     QCOMPARE(job.firstStep, 5LL);
     QCOMPARE(job.matchMethod, std::string("order"));
@@ -825,6 +838,42 @@ void TestKineto::twoFileErrors()
 // Rank 0: compute streams 7 and 8, NCCL kernels on stream 20, operators on threads 10 and 11,
 // and 2 ms late to every collective. Rank 1 launches its NCCL kernels on stream 7, between its
 // compute kernels there, and waits 2 ms in each: its stall stays in that one row, hatched.
+// Stream ids are per GPU: a rank whose NCCL kernels run on stream 7 of GPU 5 while its compute
+// uses stream 7 of GPU 0 has two rows for them, named by GPU; they shared one before.
+void TestKineto::oneStreamIdOnTwoGpus()
+{
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString();
+    const std::vector<std::string> files = {d + "/r0.json", d + "/r1.json"};
+    writeText(files[0], makeRank({.rank = 0, .ncclStream = 7, .ncclGpu = 5}), false);
+    writeText(files[1], makeRank({.rank = 1}), false);
+    const KinetoJob job = importKineto(files);
+    checkRecordOrder(job);
+    const ImportedRank &r0 = job.ranks[0];
+    QCOMPARE(r0.streamIds, (std::vector<std::pair<long long, long long>>{{0, 7}, {0, 8}, {5, 7}}));
+    QCOMPARE(r0.gpuStreams, (std::vector<long long>{0, 1, 2}));
+    QCOMPARE(r0.ncclStreams, (std::vector<long long>{2}));
+    const std::string run = d + "/run";
+    writeImportedRun(job, run);
+    const OpenedRun opened = openRunDirectory(run);
+    const TraceModel &t = *opened.trace;
+    std::vector<std::string> names;
+    for (std::size_t r = 0; r < t.rowCount(); ++r)
+        names.push_back(t.row(r).name);
+    QCOMPARE(names, (std::vector<std::string>{"rank 0 GPU 0 stream 7", "rank 0 GPU 0 stream 8",
+                                              "rank 0 GPU 5 stream 7 NCCL", "rank 0 thread 10", "rank 0 thread 11",
+                                              "rank 1 stream 7", "rank 1 stream 8", "rank 1 stream 20 NCCL",
+                                              "rank 1 thread 10", "rank 1 thread 11"}));
+    // The compute stream's row holds no collective: its waits and reduces are on GPU 5's.
+    const std::vector<long long> spans = spansPerRow(t);
+    std::vector<Record> out;
+    t.spansIn(0, 0, std::numeric_limits<std::int64_t>::max() / 4, out);
+    QVERIFY(!out.empty());
+    for (const Record &rec : out)
+        QVERIFY2(rec.lane() != Lane::Comm, phaseName(rec.phase()));
+    QVERIFY(spans[2] > 0);
+}
+
 void TestKineto::rowsPerStreamAndThread()
 {
     QTemporaryDir dir;
@@ -835,10 +884,10 @@ void TestKineto::rowsPerStreamAndThread()
     const KinetoJob job = importKineto(files);
     checkRecordOrder(job);
     QCOMPARE(job.recordRows.size(), job.records.size());
-    QCOMPARE(job.ranks[0].gpuStreams, (std::vector<long long>{7, 8, 20}));
-    QCOMPARE(job.ranks[0].ncclStreams, (std::vector<long long>{20}));
-    QCOMPARE(job.ranks[1].gpuStreams, (std::vector<long long>{7, 8}));
-    QCOMPARE(job.ranks[1].ncclStreams, (std::vector<long long>{7}));
+    QCOMPARE(streamIdsOf(job.ranks[0], job.ranks[0].gpuStreams), (std::vector<long long>{7, 8, 20}));
+    QCOMPARE(streamIdsOf(job.ranks[0], job.ranks[0].ncclStreams), (std::vector<long long>{20}));
+    QCOMPARE(streamIdsOf(job.ranks[1], job.ranks[1].gpuStreams), (std::vector<long long>{7, 8}));
+    QCOMPARE(streamIdsOf(job.ranks[1], job.ranks[1].ncclStreams), (std::vector<long long>{7}));
     QCOMPARE(job.ranks[1].cpuThreads, (std::vector<long long>{10, 11}));
     // The per-rank figures are those of separate rows (twoRanksFromFolder), ranks swapped.
     for (int w = 0; w < 2; ++w)

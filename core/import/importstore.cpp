@@ -27,10 +27,23 @@ std::vector<RowDescriptor> rankRows(const ImportedRank &r, int worker)
 {
     const std::string rank = "rank " + std::to_string(r.rank);
     std::vector<RowDescriptor> rows;
+    // A rank's kernels on one GPU (the usual case) name their rows by stream alone.
+    bool oneDevice = true;
+    for (const auto &[device, stream] : r.streamIds)
+        oneDevice = oneDevice && device == r.streamIds.front().first;
     for (std::size_t i = 0; i < r.gpuStreams.size(); ++i) {
-        const long long id = r.gpuStreams[i];
-        const bool nccl = std::binary_search(r.ncclStreams.begin(), r.ncclStreams.end(), id);
-        rows.push_back({worker, RowKind::Worker, rank + " stream " + std::to_string(id) + (nccl ? " NCCL" : ""), int(i)});
+        const long long key = r.gpuStreams[i];
+        const bool nccl = std::binary_search(r.ncclStreams.begin(), r.ncclStreams.end(), key);
+        std::string name = rank;
+        if (key >= 0 && std::size_t(key) < r.streamIds.size()) {
+            const auto &[device, stream] = r.streamIds[std::size_t(key)];
+            if (!oneDevice)
+                name += " GPU " + std::to_string(device);
+            name += " stream " + std::to_string(stream);
+        } else {
+            name += " stream " + std::to_string(key);
+        }
+        rows.push_back({worker, RowKind::Worker, name + (nccl ? " NCCL" : ""), int(i)});
     }
     if (r.gpuStreams.empty())
         rows.push_back({worker, RowKind::Worker, rank + " GPU (no kernels)", 0});

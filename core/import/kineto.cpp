@@ -101,6 +101,7 @@ struct RankWork {
     std::vector<Span> cpu, gpu;
     std::vector<NcclKernel> nccl;
     std::vector<long long> cpuThreads, gpuStreams, ncclStreams;
+    std::vector<std::pair<long long, long long>> streamIds; // FileData::streams
     int rankIndex = 0;
     std::string rankSource;
     Ns offset = 0;
@@ -131,6 +132,7 @@ RankWork reduce(FileData &&f)
     r.backend = f.backend;
     r.first = f.first, r.last = f.last;
     r.gpuEvents = f.gpu.size();
+    r.streamIds = f.streams;
 
     // Step windows: a step written twice (one per thread) is their hull.
     std::sort(f.steps.begin(), f.steps.end(), [](const Window &a, const Window &b) { return a.n < b.n; });
@@ -703,6 +705,7 @@ void emit(std::vector<RankWork> &work, KinetoJob &job)
         ir.cpuThreads = std::move(r.cpuThreads);
         ir.gpuStreams = std::move(r.gpuStreams);
         ir.ncclStreams = std::move(r.ncclStreams);
+        ir.streamIds = std::move(r.streamIds);
         ir.clockOffsetNs = double(r.offset);
         job.ranks.push_back(std::move(ir));
     }

@@ -41,8 +41,10 @@ struct ImportedRank {
     std::string file;       // the path as given
     std::string rankSource; // "distributedInfo", "file name" or "order given"
     std::vector<long long> cpuThreads;  // tids of the threads that carry operators, ascending
-    std::vector<long long> gpuStreams;  // streams with kernels (any device of this rank), ascending
+    std::vector<long long> gpuStreams;  // streams with kernels, as indexes into streamIds, ascending
     std::vector<long long> ncclStreams; // of those, the ones with NCCL kernels
+    // (device, stream id) by index: a stream id on two GPUs of one rank is two streams.
+    std::vector<std::pair<long long, long long>> streamIds;
     double clockOffsetNs = 0;          // added to this rank's times (0 unless aligned)
 };
 

@@ -482,7 +482,7 @@ void TraceSax::finishEvent()
         const Kind k = cat != "kernel" ? Kind::Copy
                        : (startsWith(name, "ncclKernel") || startsWith(name, "ncclDevKernel")) ? Kind::Nccl
                                                                                                : Kind::Compute;
-        m_out.gpu.push_back({start, end, m_ev.corr, m_ev.hasStream ? m_ev.stream : m_ev.tid, m_ev.hasCorr, k});
+        m_out.gpu.push_back({start, end, m_ev.corr, m_ev.hasStream ? m_ev.stream : m_ev.tid, m_ev.pid, m_ev.hasCorr, k});
     } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
         if (m_ev.hasCorr)
             m_out.launches.push_back({m_ev.corr, start, thread(m_ev.pid, m_ev.tid)});
@@ -543,6 +543,13 @@ FileData parseFile(const std::string &path, GroupTable &groups)
     if (f.first <= f.last && f.last - f.first > kMaxRunNs)
         throw ImportError(path + ": its events span " + std::to_string((f.last - f.first) / 86'400'000'000'000) +
                           " days: more than a trace can cover (52 days)");
+    // Streams by (device, id): GpuEvent::stream becomes its index, in that order.
+    for (const GpuEvent &g : f.gpu)
+        f.streams.emplace_back(g.device, g.stream);
+    std::sort(f.streams.begin(), f.streams.end());
+    f.streams.erase(std::unique(f.streams.begin(), f.streams.end()), f.streams.end());
+    for (GpuEvent &g : f.gpu)
+        g.stream = std::lower_bound(f.streams.begin(), f.streams.end(), std::pair(g.device, g.stream)) - f.streams.begin();
     // Every time onto the absolute clock.
     const Ns b = f.baseNs;
     if (b < -4'000'000'000'000'000'000 || b > 4'000'000'000'000'000'000)

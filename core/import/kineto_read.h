@@ -35,7 +35,8 @@ struct Launch {
 struct GpuEvent {
     Ns start, end;
     long long corr;
-    long long stream;
+    long long stream; // after parseFile: an index into FileData::streams
+    long long device; // the event's pid: the GPU
     bool hasCorr;
     Kind kind;
 };
@@ -65,6 +66,9 @@ struct FileData {
     std::vector<ClassSpan> classes;
     std::vector<Launch> launches;
     std::vector<GpuEvent> gpu;
+    // (device, stream id) of the GPU events' streams, ascending: one stream id on two GPUs is
+    // two streams.
+    std::vector<std::pair<long long, long long>> streams;
     std::vector<CommCall> comms;
 };
 
