@@ -981,7 +981,7 @@ void ChartsWidget::fillLoss()
             highest->setChannelFillGraph(lowest);
         }
         for (int w = 0; w < run.workers(); ++w) {
-            QCPGraph *g = graph(tr("worker %1").arg(w), seriesColor(w), kWorkerLine, seriesStyle(w));
+            QCPGraph *g = graph(run.workerName(w), seriesColor(w), kWorkerLine, seriesStyle(w));
             const auto &losses = run.counter(CounterId::Loss, w);
             if (!async) { // a point per loss sample: only the new ones are given
                 TrailingMean mean([&](std::size_t i) { return losses[i].value; }, window);
@@ -1448,7 +1448,7 @@ void ChartsWidget::fillMemory()
         const RunData &run = *m_current;
         for (int w = 0; w < run.workers(); ++w) {
             const auto &points = run.counter(CounterId::ActivationBytes, w);
-            feedGraph(graph(tr("worker %1 (%2)").arg(w).arg(modeLabel(run)), seriesColor(w), kWorkerLine), points.size(), 1,
+            feedGraph(graph(tr("%1 (%2)").arg(run.workerName(w), modeLabel(run)), seriesColor(w), kWorkerLine), points.size(), 1,
                       [&](std::size_t i) { return QCPGraphData(double(points[i].step), points[i].value / 1024.0); });
         }
     }
@@ -1490,7 +1490,7 @@ void ChartsWidget::fillBatchNorm()
         const RunData &run = *m_current;
         for (int w = 0; w < run.workers(); ++w) {
             const auto &points = run.counter(CounterId::BnDivergence, w);
-            feedGraph(graph(tr("worker %1 (%2, %3 batch norm)").arg(w).arg(modeLabel(run), QString::fromStdString(run.config().batchnorm)),
+            feedGraph(graph(tr("%1 (%2, %3 batch norm)").arg(run.workerName(w), modeLabel(run), QString::fromStdString(run.config().batchnorm)),
                             seriesColor(w), kWorkerLine),
                       points.size(), 1, [&](std::size_t i) { return QCPGraphData(double(points[i].step), points[i].value); });
         }
