@@ -513,7 +513,10 @@ void TestKineto::fourRanksBySequence()
     QTemporaryDir dir;
     const std::string d = dir.path().toStdString();
     const Ns late[4] = {0, 1 * kMs, 3 * kMs, kMs / 2};
-    std::vector<std::string> files = {d + "/w.json", d + "/r0.json", d + "/trace_rank-2.json.gz", d + "/r1.json.gz"};
+    // The first: the profiler's default name on a host called worker-1 (host_PID.TIME), which
+    // names no rank (that host may run several).
+    std::vector<std::string> files = {d + "/worker-1_4242.1700000000123.pt.trace.json", d + "/r0.json",
+                                      d + "/trace_rank-2.json.gz", d + "/r1.json.gz"};
     writeText(files[1], makeRank({.rank = 0, .world = 4, .late = late[0], .withSeq = true}), false);
     writeText(files[3], makeRank({.rank = 1, .world = 4, .late = late[1], .withSeq = true}), true);
     writeText(files[2], makeRank({.rank = 2, .distInfo = false, .late = late[2], .withSeq = true}), true);

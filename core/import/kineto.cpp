@@ -5,7 +5,8 @@
 // Rules.
 // - Rank: distributedInfo.rank, else "rank" or "worker" in the file name followed by an optional
 //   '_', '-' or '.' and digits ("rank3", "rank_3", "worker-3"; Kineto's own "host_PID.TS.json"
-//   names hold a pid, so a bare "_3." is not taken), else the smallest rank not claimed by
+//   names hold a pid, so a bare "_3." is not taken, nor a host named worker-3 there: digits
+//   followed by "_PID." are a host's), else the smallest rank not claimed by
 //   another file, in the order given, with a warning. World size: distributedInfo, else the
 //   number of files (at least the highest rank + 1).
 // - Same job: distributedInfo world_size and backend must agree, and no file's events may start
@@ -326,7 +327,13 @@ bool rankFromName(const std::string &path, long long &rank)
             std::size_t q = p;
             while (q < base.size() && q - p < 9 && std::isdigit(static_cast<unsigned char>(base[q])))
                 ++q;
-            if (q > p) {
+            // "worker-1_4242.1700000000123.pt.trace.json" is the profiler's default name
+            // (host_PID.TIME) on a host named worker-1, which runs several ranks: not a rank.
+            std::size_t pid = q + 1;
+            while (q < base.size() && base[q] == '_' && pid < base.size() && std::isdigit(static_cast<unsigned char>(base[pid])))
+                ++pid;
+            const bool hostAndPid = pid > q + 1 && pid < base.size() && base[pid] == '.';
+            if (q > p && !hostAndPid) {
                 rank = std::stoll(base.substr(p, q - p));
                 return true;
             }
