@@ -747,6 +747,11 @@ void TestKineto::errors_data()
         << QStringLiteral("base.json")
         << QStringLiteral(R"({"baseTimeNanoseconds": 9000000000000000000, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 1000, "dur": 1}]})")
         << 0 << QStringList{QStringLiteral("baseTimeNanoseconds")};
+    // Written as a float: it was read as 0, and the trace imported unaligned.
+    QTest::newRow("base time out of range, a float")
+        << QStringLiteral("basef.json")
+        << QStringLiteral(R"({"baseTimeNanoseconds": 9e18, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "pid": 1, "tid": 1, "ts": 1000, "dur": 1}]})")
+        << 0 << QStringList{QStringLiteral("baseTimeNanoseconds 9e18 is out of range")};
     QTest::newRow("events years apart")
         << QStringLiteral("apart.json")
         << QStringLiteral(R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": -3000000000000000, "dur": 1},)"

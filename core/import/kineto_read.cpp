@@ -403,8 +403,13 @@ bool TraceSax::number(bool integral, long long i, double d, const std::string *r
     const long long asInt = integral ? i : (std::isfinite(d) && std::abs(d) < 9e18 ? (long long)d : 0);
     switch (l.ctx) {
     case Ctx::Top:
-        if (l.key == Key::BaseTime)
-            m_out.baseNs = asInt;
+        if (l.key == Key::BaseTime) {
+            // A float is taken when it is a time (9e18 was read as 0, the trace left unaligned).
+            const bool inRange = integral || (std::isfinite(d) && std::abs(d) <= 4e18);
+            m_out.baseNs = integral ? i : inRange ? Ns(std::llround(d)) : std::numeric_limits<Ns>::max();
+            if (!inRange)
+                m_out.baseText = raw ? *raw : std::to_string(d);
+        }
         break;
     case Ctx::Dist:
         if (l.key == Key::Rank)
@@ -553,7 +558,8 @@ FileData parseFile(const std::string &path, GroupTable &groups)
     // Every time onto the absolute clock.
     const Ns b = f.baseNs;
     if (b < -4'000'000'000'000'000'000 || b > 4'000'000'000'000'000'000)
-        throw ImportError(path + ": baseTimeNanoseconds " + std::to_string(b) + " is out of range");
+        throw ImportError(path + ": baseTimeNanoseconds " + (f.baseText.empty() ? std::to_string(b) : f.baseText) +
+                          " is out of range (a time in ns within 4e18 of the epoch expected)");
     if (b != 0 && f.first <= f.last) {
         f.first += b, f.last += b;
         for (auto &s : f.steps) s.start += b, s.end += b;

@@ -59,6 +59,7 @@ struct FileData {
     long long rank = 0, world = 0;
     std::string backend;
     Ns baseNs = 0;
+    std::string baseText; // baseTimeNanoseconds as written, when it is no time
     Ns first = std::numeric_limits<Ns>::max(), last = std::numeric_limits<Ns>::min();
     std::vector<std::pair<long long, long long>> threads; // (pid, tid)
     std::vector<Window> steps;
