@@ -270,14 +270,14 @@ void RunController::stop()
 
 bool RunController::isRunning() const
 {
-    if (m_mpirun || m_following)
+    if (readsFolder())
         return m_timer.isActive();
     return m_engine && !m_engine->finished() && m_timer.isActive();
 }
 
 void RunController::setSlowdown(int worker, double factor)
 {
-    if (m_mpirun || m_following) {
+    if (readsFolder()) {
         if (worker >= 0 && std::size_t(worker) < m_knobSlowdown.size()) {
             m_knobSlowdown[std::size_t(worker)] = std::max(1.0, factor);
             writeControl();
@@ -290,7 +290,7 @@ void RunController::setSlowdown(int worker, double factor)
 
 void RunController::setPaused(int worker, bool paused)
 {
-    if (m_mpirun || m_following) {
+    if (readsFolder()) {
         if (worker >= 0 && std::size_t(worker) < m_knobPaused.size()) {
             m_knobPaused[std::size_t(worker)] = paused;
             writeControl();
@@ -304,7 +304,7 @@ void RunController::setPaused(int worker, bool paused)
 void RunController::setAllPaused(bool paused)
 {
     m_allPaused = paused;
-    if (m_mpirun || m_following) {
+    if (readsFolder()) {
         std::fill(m_knobPaused.begin(), m_knobPaused.end(), paused);
         writeControl();
         return;
@@ -317,14 +317,14 @@ void RunController::setAllPaused(bool paused)
 
 double RunController::slowdown(int worker) const
 {
-    if (m_mpirun || m_following)
+    if (readsFolder())
         return worker >= 0 && std::size_t(worker) < m_knobSlowdown.size() ? m_knobSlowdown[std::size_t(worker)] : 1.0;
     return m_engine ? m_engine->slowdown(worker) : 1.0;
 }
 
 bool RunController::paused(int worker) const
 {
-    if (m_mpirun || m_following)
+    if (readsFolder())
         return worker >= 0 && std::size_t(worker) < m_knobPaused.size() && m_knobPaused[std::size_t(worker)];
     return m_engine && m_engine->paused(worker);
 }
@@ -447,7 +447,7 @@ void RunController::finishMpi()
 
 void RunController::poll()
 {
-    if (m_mpirun || m_following) {
+    if (readsFolder()) {
         pollMpi();
         return;
     }

@@ -57,6 +57,8 @@ public:
     // run is read as it ended. False while a run of this controller is going.
     bool follow(const QString &dir, const QString &label);
     bool following() const { return m_following; }
+    // The run is read from its folder, not from an engine here: MPI ranks or another process.
+    bool readsFolder() const { return m_mpirun || m_following; }
     // An MPI run: SIGTERM to mpirun, which passes it to every rank (rank 0 closes the run as
     // stopped); mpirun killed if it is still there after 1.5 s. A followed run: following
     // stops, the run goes on in its process (shown as far as it got). Otherwise the engine stops.

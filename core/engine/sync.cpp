@@ -38,7 +38,7 @@ public:
             std::size_t count = std::size_t(e.parameterCount());
             if (m_group)
                 if (const std::optional<ParamSlice> slice = m_group->ownedSlice(w->local)) {
-                    m_shared = true;
+                    m_slices.push_back(*slice);
                     count = slice->end - slice->begin;
                     if (w->model.get() != &owner)
                         w->model->shareParams(owner);
@@ -84,7 +84,7 @@ public:
     {
         if (m_backup)
             return m_backup->algorithm();
-        return m_shared ? m_group->algorithm() + ", sharded update" : m_group->algorithm();
+        return m_slices.empty() ? m_group->algorithm() : m_group->algorithm() + ", sharded update";
     }
 
 private:
@@ -131,11 +131,11 @@ private:
         const std::size_t moved = m_group->reduce(w.local);
         t0 = w.rec.spanToNow(Phase::Reduce, s32, t0, double(moved));
 
-        if (m_shared) {
+        if (!m_slices.empty()) {
             // Its slice of the one copy; the others read it after the barrier.
             e.enter(w, Phase::Apply, step);
             {
-                const ParamSlice slice = *m_group->ownedSlice(w.local);
+                const ParamSlice &slice = m_slices[std::size_t(w.local)];
                 ScopedSpan apply(&w.rec, Phase::Apply, s32, t0);
                 w.optimizer->step(w.model->params() + slice.begin,
                                   m_group->finish(w.local) + slice.begin);
@@ -319,7 +319,9 @@ private:
     };
 
     std::unique_ptr<SyncGroup> m_group;          // plain sync
-    bool m_shared = false; // the workers update slices of one copy (SyncGroup::ownedSlice)
+    // By local worker, where the workers update slices of one copy (SyncGroup::ownedSlice),
+    // found once; empty where each keeps a replica.
+    std::vector<ParamSlice> m_slices;
     std::unique_ptr<BackupSyncGroup> m_backup;   // sync.backup_workers > 0
     std::unique_ptr<RunningStatsBoard> m_board;  // batch norm without backup workers
     std::mutex m_evalMutex;

@@ -34,16 +34,11 @@ std::vector<RowDescriptor> rankRows(const ImportedRank &r, int worker)
     for (std::size_t i = 0; i < r.gpuStreams.size(); ++i) {
         const long long key = r.gpuStreams[i];
         const bool nccl = std::binary_search(r.ncclStreams.begin(), r.ncclStreams.end(), key);
-        std::string name = rank;
-        if (key >= 0 && std::size_t(key) < r.streamIds.size()) {
-            const auto &[device, stream] = r.streamIds[std::size_t(key)];
-            if (!oneDevice)
-                name += " GPU " + std::to_string(device);
-            name += " stream " + std::to_string(stream);
-        } else {
-            name += " stream " + std::to_string(key);
-        }
-        rows.push_back({worker, RowKind::Worker, name + (nccl ? " NCCL" : ""), int(i)});
+        const auto &[device, stream] = r.streamIds.at(std::size_t(key));
+        rows.push_back({worker, RowKind::Worker,
+                        rank + (oneDevice ? "" : " GPU " + std::to_string(device)) + " stream " +
+                            std::to_string(stream) + (nccl ? " NCCL" : ""),
+                        int(i)});
     }
     if (r.gpuStreams.empty())
         rows.push_back({worker, RowKind::Worker, rank + " GPU (no kernels)", 0});

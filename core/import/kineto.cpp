@@ -330,8 +330,9 @@ bool rankFromName(const std::string &path, long long &rank)
             // "worker-1_4242.1700000000123.pt.trace.json" is the profiler's default name
             // (host_PID.TIME) on a host named worker-1, which runs several ranks: not a rank.
             std::size_t pid = q + 1;
-            while (q < base.size() && base[q] == '_' && pid < base.size() && std::isdigit(static_cast<unsigned char>(base[pid])))
-                ++pid;
+            if (q < base.size() && base[q] == '_')
+                while (pid < base.size() && std::isdigit(static_cast<unsigned char>(base[pid])))
+                    ++pid;
             const bool hostAndPid = pid > q + 1 && pid < base.size() && base[pid] == '.';
             if (q > p && !hostAndPid) {
                 rank = std::stoll(base.substr(p, q - p));

@@ -74,7 +74,7 @@ Model::Model(Device &device, ModelSpec spec, int batch)
     : m_device(&device), m_spec(std::move(spec)), m_batch(batch),
       m_checkpoint(m_spec.checkpointEvery > 0),
       m_params(device, m_spec.paramCount()), m_paramData(m_params.data()),
-      m_paramCount(m_params.size()), m_grads(device, m_spec.paramCount()),
+      m_grads(device, m_spec.paramCount()),
       m_running(device, m_spec.runningStatsCount()), m_batchStats(device, m_spec.runningStatsCount())
 {
     const int L = m_spec.linearLayers();

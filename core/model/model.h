@@ -74,7 +74,7 @@ public:
     const ModelSpec &spec() const { return m_spec; }
     Device &device() const { return *m_device; }
     int batch() const { return m_batch; }
-    std::size_t paramCount() const { return m_paramCount; }
+    std::size_t paramCount() const { return m_grads.size(); }
     float *params() const { return m_paramData; }
     float *grads() const { return m_grads.data(); }
 
@@ -83,7 +83,7 @@ public:
     static std::vector<float> initialParams(const ModelSpec &spec, std::uint64_t seed);
     void setParams(const std::vector<float> &host);
     // From now on this model reads and writes owner's parameters, and frees its own: the sync
-    // workers of one process keep one copy (SyncGroup::parameterSlice). Same spec, and owner's
+    // workers of one process keep one copy (SyncGroup::ownedSlice). Same spec, and owner's
     // device in the same memory space; owner must outlive this model's use of them.
     void shareParams(const Model &owner);
     std::vector<float> paramsToHost() const;
@@ -163,7 +163,6 @@ private:
     bool m_checkpoint;
     DeviceBuffer m_params;    // empty once shareParams() was called
     float *m_paramData;       // m_params' or the owner's
-    std::size_t m_paramCount;
     DeviceBuffer m_grads;
     // One per layer, for batch() rows: the device prepares its kernels once, here.
     std::vector<std::unique_ptr<LinearPlan>> m_plans;
