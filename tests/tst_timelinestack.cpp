@@ -567,8 +567,9 @@ void TestTimelineStack::rendersAtScreenSizes()
 }
 
 // A live frame repaints only the plot and its time axis (title, row labels and legend stay in
-// the window as painted), straight onto the widget. What the window then holds must be what a
-// full drawing of the view gives, frame after frame, across a new row label too.
+// the window as painted), straight onto the widget, and of those mostly what slid into view.
+// What the window then holds must be what a full drawing of the view gives, frame after frame,
+// across a new row label too.
 void TestTimelineStack::liveFramesRepaintOnlyThePlot()
 {
     const auto done = synthRun(QStringLiteral("source"), {{"workers", 4}, {"data.prefetch", true}}, 40, 60);
@@ -596,7 +597,7 @@ void TestTimelineStack::liveFramesRepaintOnlyThePlot()
     std::size_t next = 0;
     int frames = 0;
     QRegion liveFrame;
-    int strips = 0;
+    int strips = 0, axisEnds = 0;
     for (std::int64_t t = 40 * kMs; next < all.size(); t += 40 * kMs) {
         std::vector<Record> batch;
         while (next < all.size() && all[next].end <= t)
@@ -618,6 +619,13 @@ void TestTimelineStack::liveFramesRepaintOnlyThePlot()
         const QRect above = view.axisRect()->rect().adjusted(0, 0, 0, -1);
         if (liveFrame.boundingRect().height() < 700 && (liveFrame & above).boundingRect().width() < above.width() / 2)
             ++strips;
+        // And the time axis' ticks and labels slid with it: only its ends were painted.
+        const QRect axis(0, view.axisRect()->rect().bottom() + 1, view.width(), view.axisRect()->outerRect().bottom() - view.axisRect()->rect().bottom());
+        long axisPainted = 0;
+        for (const QRect &r : liveFrame & axis)
+            axisPainted += long(r.width()) * r.height();
+        if (axisPainted < long(axis.width()) * axis.height() / 2)
+            ++axisEnds;
         if (++frames % 10)
             continue;
         // The window's pixels (the offscreen backing store) against a full drawing now.
@@ -628,6 +636,7 @@ void TestTimelineStack::liveFramesRepaintOnlyThePlot()
     }
     QVERIFY2(regions.partial > frames / 2, qPrintable(QStringLiteral("%1 partial of %2 paints").arg(regions.partial).arg(regions.partial + regions.full)));
     QVERIFY2(strips > frames / 2, qPrintable(QStringLiteral("%1 of %2 frames painted a strip of the plot").arg(strips).arg(frames)));
+    QVERIFY2(axisEnds > frames / 2, qPrintable(QStringLiteral("%1 of %2 frames painted the time axis' ends only").arg(axisEnds).arg(frames)));
     const QRect plot = view.axisRect()->rect();
     QVERIFY2(!liveFrame.isEmpty() && !liveFrame.intersects(QRect(0, 0, view.width(), plot.top() - 2)),
              "a live frame repainted the title");

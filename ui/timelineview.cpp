@@ -111,10 +111,67 @@ protected:
     }
 };
 
+// QCPAxisPainterPrivate builds a hash of its tick label font and colour on every draw, to know
+// when its label pixmaps are stale (the font's text form: 2% of a live frame's work, for two
+// axes). This one builds it again only when one of its parts compares unequal.
+class HashKeepingAxisPainter final : public QCPAxisPainterPrivate {
+public:
+    // Takes over what the axis has set on its painter so far.
+    HashKeepingAxisPainter(QCustomPlot *plot, const QCPAxisPainterPrivate &from) : QCPAxisPainterPrivate(plot)
+    {
+        type = from.type;
+        basePen = from.basePen;
+        lowerEnding = from.lowerEnding;
+        upperEnding = from.upperEnding;
+        labelPadding = from.labelPadding;
+        labelFont = from.labelFont;
+        labelColor = from.labelColor;
+        label = from.label;
+        tickLabelPadding = from.tickLabelPadding;
+        tickLabelRotation = from.tickLabelRotation;
+        tickLabelSide = from.tickLabelSide;
+        substituteExponent = from.substituteExponent;
+        numberMultiplyCross = from.numberMultiplyCross;
+        tickLengthIn = from.tickLengthIn;
+        tickLengthOut = from.tickLengthOut;
+        subTickLengthIn = from.subTickLengthIn;
+        subTickLengthOut = from.subTickLengthOut;
+        tickPen = from.tickPen;
+        subTickPen = from.subTickPen;
+        tickLabelFont = from.tickLabelFont;
+        tickLabelColor = from.tickLabelColor;
+        axisRect = from.axisRect;
+        viewportRect = from.viewportRect;
+        offset = from.offset;
+        abbreviateDecimalPowers = from.abbreviateDecimalPowers;
+        reversedEndings = from.reversedEndings;
+        subTickPositions = from.subTickPositions;
+        tickPositions = from.tickPositions;
+        tickLabels = from.tickLabels;
+    }
+
+protected:
+    QByteArray generateLabelParameterHash() const override
+    {
+        const auto parts = std::make_tuple(mParentPlot->bufferDevicePixelRatio(), tickLabelRotation, tickLabelSide,
+                                           substituteExponent, numberMultiplyCross, tickLabelColor, tickLabelFont);
+        if (!m_hash || m_hash->first != parts)
+            m_hash.emplace(parts, QCPAxisPainterPrivate::generateLabelParameterHash());
+        return m_hash->second;
+    }
+
+private:
+    using Parts = std::tuple<double, double, QCPAxis::LabelSide, bool, bool, QColor, QFont>;
+    mutable std::optional<std::pair<Parts, QByteArray>> m_hash;
+};
+
 } // namespace
 
 TimelineAxis::TimelineAxis(QCPAxisRect *rect, AxisType type) : QCPAxis(rect, type)
 {
+    QCPAxisPainterPrivate *const painter = new HashKeepingAxisPainter(rect->parentPlot(), *mAxisPainter);
+    delete mAxisPainter;
+    mAxisPainter = painter;
     // In place of QCPAxis' own grid (same layer, pens and visibility: it has just been made).
     auto *grid = new CoverableGrid(this);
     grid->setVisible(mGrid->visible());
@@ -160,8 +217,65 @@ void TimelineAxis::setTitle(const QString &title)
     mCachedMarginValid = false;
 }
 
+int TimelineAxis::labelReach() const
+{
+    const QString *longest = nullptr;
+    for (const QString &label : mTickVectorLabels)
+        if (!longest || label.size() > longest->size())
+            longest = &label;
+    if (!longest)
+        return 2;
+    // Labels as long as the longest are as wide give or take a glyph: one digit's room more.
+    if (std::pair{longest->size(), mTickLabelFont} != m_reachFor) {
+        m_reachFor = {longest->size(), mTickLabelFont};
+        const QFontMetrics metrics(mTickLabelFont);
+        m_reach = metrics.horizontalAdvance(*longest) / 2 + metrics.horizontalAdvance(QLatin1Char('0')) + 2;
+    }
+    return m_reach;
+}
+
+int TimelineAxis::tickBandBottom()
+{
+    return axisRect()->rect().bottom() + offset() + QCPAxis::calculateMargin() - padding();
+}
+
 void TimelineAxis::draw(QCPPainter *painter)
 {
+    // A partial frame: only the ticks whose marks or labels reach into the columns repainted.
+    const bool partial = !m_drawnColumns.empty();
+    const bool labels = mTickVectorLabels.size() == mTickVector.size();
+    const auto swapKept = [&] {
+        std::swap(m_keptTicks, mTickVector);
+        std::swap(m_keptSubTicks, mSubTickVector);
+        if (labels)
+            std::swap(m_keptLabels, mTickVectorLabels);
+    };
+    if (partial) {
+        const int reach = mTickLabels ? labelReach() : 2;
+        const auto drawn = [this](double coord, int margin) {
+            const double px = coordToPixel(coord);
+            return std::any_of(m_drawnColumns.begin(), m_drawnColumns.end(),
+                               [&](const auto &c) { return px + margin >= c.first && px - margin <= c.second; });
+        };
+        m_keptTicks.clear();
+        m_keptLabels.clear();
+        m_keptSubTicks.clear();
+        for (qsizetype i = 0; i < mTickVector.size(); ++i) {
+            if (!drawn(mTickVector[i], reach))
+                continue;
+            m_keptTicks.append(mTickVector[i]);
+            if (labels)
+                m_keptLabels.append(mTickVectorLabels[i]);
+        }
+        for (double sub : std::as_const(mSubTickVector))
+            if (drawn(sub, 2))
+                m_keptSubTicks.append(sub);
+        swapKept();
+    }
+    const auto restore = qScopeGuard([&] {
+        if (partial)
+            swapKept();
+    });
     if (m_labelsLeftOut) {
         // The frame repaints none of the tick labels' pixels: the line alone (placing each label,
         // even clipped away, and hashing their font was most of this axis' drawing).
@@ -175,7 +289,7 @@ void TimelineAxis::draw(QCPPainter *painter)
     if (m_title.isEmpty() || axisType() != atBottom)
         return;
     const QRect rect = axisRect()->rect();
-    const int top = rect.bottom() + offset() + QCPAxis::calculateMargin() - padding() + labelPadding();
+    const int top = tickBandBottom() + labelPadding();
     const QRect box(rect.left(), top, rect.width(), titleHeight());
     const auto key = std::make_tuple(m_title, getLabelFont(), getLabelColor());
     drawThroughPixmap(painter, box, key, m_titleKey, m_titlePixmap, [&](QCPPainter *p) {
@@ -440,9 +554,25 @@ void TimelineView::paintEvent(QPaintEvent *event)
     for (auto it = m_rowTicker->ticks().cbegin(); it != m_rowTicker->ticks().cend(); ++it)
         labelsBottom = std::max(labelsBottom, int(std::ceil(yAxis->coordToPixel(it.key()))) + half);
     m_rowAxis->setLabelsLeftOut(!event->region().intersects(QRect(QPoint(0, 0), QPoint(plot.left() - 2, labelsBottom))));
-    const auto done = qScopeGuard([this] {
+    // The time axis draws the ticks whose marks or labels reach into the columns painted.
+    std::vector<std::pair<int, int>> columns;
+    for (const QRect &r : event->region()) {
+        if (r.left() <= 0 && r.right() >= width() - 1) {
+            columns.clear();
+            break;
+        }
+        columns.emplace_back(r.left(), r.right());
+    }
+    m_timeAxis->setDrawnColumns(std::move(columns));
+    // Nor is the legend beneath laid out and drawn only to be clipped away.
+    QCPLayer *const legendLayer = legend->layer();
+    const bool legendShown = legendLayer->visible();
+    legendLayer->setVisible(legendShown && event->region().intersects(legend->outerRect()));
+    const auto done = qScopeGuard([=, this] {
         m_direct = nullptr;
         m_rowAxis->setLabelsLeftOut(false);
+        m_timeAxis->setDrawnColumns({});
+        legendLayer->setVisible(legendShown);
     });
     draw(&painter);
     if (event->region().contains(rect()))
@@ -534,22 +664,31 @@ void TimelineView::refresh()
         replot(QCustomPlot::rpQueuedReplot);
     } else if (m_paintedChrome && *m_paintedChrome == chrome()) {
         const QRect plot = plotRect()->rect(), outer = plotRect()->outerRect();
-        // The time axis: its tick labels slide, and reach past the plot's ends.
-        QRegion live(QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1));
         const auto next = m_plottable->nextDraw(devicePixelRatioF());
         // Not while a scrolled frame waits to be painted: the plan is against the last draw.
         if (next && m_plannedFromPx < 0 && devicePixelRatioF() == 1.0 && drawn && m_plottable->coversArea()) {
             // The plot's pixels slide with the view, so the window system moves them (on X11
             // the server copies within its own pixmap) and only the strip the plottable draws
-            // anew is painted and sent, not the whole plot 30 times a second. The row axis'
-            // line on the left edge stays; the time axis' on the bottom row is repainted.
-            if (next->shiftPx > 0)
-                scroll(-int(next->shiftPx), 0, QRect(plot.left() + 1, plot.top(), plot.width() - 1, plot.height() - 1));
-            live += QRect(plot.left() + int(next->fromPx), plot.top() - 1, plot.width() - int(next->fromPx) + 1, plot.height() + 2);
+            // anew is painted and sent, not the whole plot 30 times a second. The time axis'
+            // ticks and labels beneath slide with it (its title stays); the row axis' line on
+            // the left edge stays.
+            const int shift = int(next->shiftPx), band = m_timeAxis->tickBandBottom();
+            if (shift > 0)
+                scroll(-shift, 0, QRect(plot.left() + 1, plot.top(), plot.width() - 1, band - plot.top() + 1));
+            QRegion live(QRect(plot.left() + int(next->fromPx), plot.top() - 1, plot.width() - int(next->fromPx) + 1, plot.height() + 2));
+            // Painted anew beneath: at the left end, the labels of ticks that left the range and
+            // the parts of labels past the plot's edge, which did not slide; at the right end,
+            // what came in, with the labels of ticks that came into the range.
+            const int reach = m_timeAxis->labelReach() + 1;
+            live += QRect(QPoint(plot.left() - reach, plot.bottom()), QPoint(plot.left() + reach, band));
+            const int from = std::min(plot.left() + int(next->fromPx), plot.right() + 1 - shift) - reach;
+            live += QRect(QPoint(from, plot.bottom()), QPoint(width() - 1, band));
             // Should records come in before the paint, paintEvent finds the strip wider.
             m_plannedFromPx = next->fromPx;
             update(live);
         } else {
+            // The time axis: its tick labels slide, and reach past the plot's ends.
+            QRegion live(QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1));
             live += plot.adjusted(-1, -1, 1, 1); // and the axes' lines on its edges
             if (m_plannedFromPx >= 0)
                 m_plannedFromPx = 0; // the whole plot is painted

@@ -31,6 +31,14 @@ public:
     void setLabelsLeftOut(bool out) { m_labelsLeftOut = out; }
     // The ticks for the range now set (what QCPAxisRect prepares for every axis before a draw).
     void prepareTicks() { setupTickVectors(); }
+    // For the draws that follow: the columns [first, last] of widget pixels they repaint. Ticks
+    // and labels wholly outside them are left out (placing and hashing every label of the axis
+    // was most of its drawing). Empty: all are drawn.
+    void setDrawnColumns(std::vector<std::pair<int, int>> columns) { m_drawnColumns = std::move(columns); }
+    // How far a tick label reaches to either side of its tick, in pixels (its ticks' widest).
+    int labelReach() const;
+    // The last widget row of the ticks and their labels, above the title (a bottom axis).
+    int tickBandBottom();
 
 protected:
     int calculateMargin() override;
@@ -40,6 +48,11 @@ private:
     int titleHeight() const;
     QString m_title;
     bool m_labelsLeftOut = false;
+    std::vector<std::pair<int, int>> m_drawnColumns;
+    QVector<double> m_keptTicks, m_keptSubTicks; // the ticks a partial draw keeps (reused)
+    QVector<QString> m_keptLabels;
+    mutable std::pair<qsizetype, QFont> m_reachFor{-1, QFont()}; // the longest label's length, the font
+    mutable int m_reach = 0;                                      // and labelReach() for them
     mutable QFont m_titleFont;
     mutable QString m_measuredTitle;
     mutable int m_titleHeight = 0;
