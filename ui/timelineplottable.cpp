@@ -354,12 +354,23 @@ void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const Ti
     const QCPRange values = mValueAxis->range();
     const auto firstSlot = std::size_t(std::clamp(std::floor(values.lower), 0.0, double(m_slots.size())));
     const auto endSlot = std::size_t(std::clamp(std::ceil(values.upper) + 1, 0.0, double(m_slots.size())));
+    // Marks are gathered per phase across the rows (which do not overlap) and drawn with one
+    // call each: a live 16-worker view has tens of thousands of marks a frame, and a fillRect
+    // each cost the GUI thread a fifth of a core; a call per row and phase, a fourteenth.
+    const auto clearBatches = [this] {
+        for (auto &b : m_batches)
+            b.fills.clear(), b.outlines.clear();
+        m_hatches.clear();
+    };
+    clearBatches();
     for (std::size_t r = firstSlot; r < endSlot; ++r) {
         const double c = rowCenter(r), h = rowHalfHeight(r);
         if (c + h < values.lower || c - h > values.upper)
             continue;
         const TimelineSlot &slot = m_slots[r];
         if (slot.heading()) {
+            drawBatches(painter); // the rows above first: the heading's band is drawn over none of them
+            clearBatches();
             drawHeading(painter, r, area);
             continue;
         }
@@ -369,11 +380,6 @@ void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const Ti
         m_marks.clear();
         layoutVisible(*m_runs[slot.run], std::size_t(slot.row), mapping);
         m_lastMarks += m_marks.size();
-        // Gathered per phase and drawn with one call each: a live 16-worker view has tens of
-        // thousands of marks a frame, and a fillRect each cost the GUI thread a fifth of a core.
-        for (auto &b : m_batches)
-            b.fills.clear(), b.outlines.clear();
-        m_hatches.clear();
         for (const TimelineMark &mark : m_marks) {
             const double x0 = std::max(mark.x0, double(area.left()) - 2.0);
             const double x1 = std::min(mark.x1, double(area.right()) + 2.0);
@@ -394,32 +400,37 @@ void TimelinePlottable::drawSlots(QPainter *painter, const QRect &area, const Ti
                     m_hatches.push_back(QRectF(from, top, to - from, height));
             }
         }
-        painter->setRenderHint(QPainter::Antialiasing, false);
-        for (std::size_t p = 0; p < m_batches.size(); ++p) {
-            const Batch &b = m_batches[p];
-            if (b.fills.isEmpty())
-                continue;
-            const PhaseStyle &st = phaseStyle(Phase(p));
-            painter->setPen(Qt::NoPen);
-            if (Phase(p) == Phase::Wait || Phase(p) == Phase::Pause) {
-                painter->setBrush(QColor(0xEE, 0xEE, 0xEE)); // behind the hatch
-                painter->drawRects(b.fills);
-            }
-            painter->setBrush(st.brush);
+    }
+    drawBatches(painter);
+}
+
+void TimelinePlottable::drawBatches(QPainter *painter) const
+{
+    painter->setRenderHint(QPainter::Antialiasing, false);
+    for (std::size_t p = 0; p < m_batches.size(); ++p) {
+        const Batch &b = m_batches[p];
+        if (b.fills.isEmpty())
+            continue;
+        const PhaseStyle &st = phaseStyle(Phase(p));
+        painter->setPen(Qt::NoPen);
+        if (Phase(p) == Phase::Wait || Phase(p) == Phase::Pause) {
+            painter->setBrush(QColor(0xEE, 0xEE, 0xEE)); // behind the hatch
             painter->drawRects(b.fills);
-            if (!b.outlines.isEmpty()) {
-                QPen pen = st.outline;
-                pen.setWidthF(std::max(1.0, pen.widthF()) * m_lineScale);
-                painter->setPen(pen);
-                painter->setBrush(Qt::NoBrush);
-                painter->drawRects(b.outlines);
-            }
         }
-        if (!m_hatches.isEmpty()) {
-            painter->setPen(Qt::NoPen);
-            painter->setBrush(offCpuStyle().brush);
-            painter->drawRects(m_hatches);
+        painter->setBrush(st.brush);
+        painter->drawRects(b.fills);
+        if (!b.outlines.isEmpty()) {
+            QPen pen = st.outline;
+            pen.setWidthF(std::max(1.0, pen.widthF()) * m_lineScale);
+            painter->setPen(pen);
+            painter->setBrush(Qt::NoBrush);
+            painter->drawRects(b.outlines);
         }
+    }
+    if (!m_hatches.isEmpty()) {
+        painter->setPen(Qt::NoPen);
+        painter->setBrush(offCpuStyle().brush);
+        painter->drawRects(m_hatches);
     }
 }
 

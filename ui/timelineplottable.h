@@ -86,6 +86,8 @@ private:
     // The slots in view, their marks from pixel fromX to toX (NaN: the area's right edge).
     void drawSlots(QPainter *painter, const QRect &area, const TimeMapping &mapping, double fromX,
                    double toX = std::numeric_limits<double>::quiet_NaN());
+    // Draws the marks gathered in m_batches and m_hatches, phase by phase.
+    void drawBatches(QPainter *painter) const;
     struct Plan {
         bool reuse = false; // else everything is drawn again
         bool opaque = false;
@@ -108,7 +110,7 @@ private:
     struct Batch {
         QVector<QRectF> fills, outlines;
     };
-    std::array<Batch, std::size_t(Phase::Count)> m_batches; // one row's marks by phase, reused
+    std::array<Batch, std::size_t(Phase::Count)> m_batches; // the strip's marks by phase, reused
     QVector<QRectF> m_hatches;
     std::size_t m_lastMarks = 0;
     double m_lineScale = 1.0;
