@@ -1,8 +1,10 @@
 // The charts' own arithmetic, against hand-worked figures: the band of async workers' losses,
 // and what the loss chart draws for a run whose losses are known.
+#include "chartfeed.h"
 #include "charts.h"
 
 #include <QComboBox>
+#include <QScopeGuard>
 #include <QtTest>
 #include <qcustomplot.h>
 
@@ -21,6 +23,9 @@ private Q_SLOTS:
     void liveCurvesCoverTheSameColumns();
     void coveredColumnsLeftOutAlike();
     void hiddenChartsCatchUpWhenShown();
+    void curveSummariesChangeNothing_data();
+    void curveSummariesChangeNothing();
+    void feedingSaysWhatChanged();
 };
 
 void TestCharts::spreadBandByHand()
@@ -467,6 +472,123 @@ void TestCharts::hiddenChartsCatchUpWhenShown()
     live.refresh();
     refilled->refresh();
     compareCharts(live, *refilled, "after the run ended");
+}
+
+// Curves read whole blocks of points through summaries kept from one replot to the next (their
+// values' range for rescaling, their extremes for the live columns). The pictures and the axes'
+// ranges must be those of reading every point, after the series grew, had its tail given again
+// and was thinned, with gaps (NaN) and infinities among the values.
+void TestCharts::curveSummariesChangeNothing_data()
+{
+    QTest::addColumn<int>("points");
+    QTest::addColumn<bool>("log");
+    QTest::addColumn<bool>("dashed");
+    QTest::newRow("150 a column, thinned") << 132800 << false << false;
+    QTest::newRow("70 a column, log, dashed") << 60000 << true << true;
+    QTest::newRow("7 a column, log") << 6000 << true << false;
+    QTest::newRow("2 a column") << 1700 << false << false;
+}
+
+void TestCharts::curveSummariesChangeNothing()
+{
+    QFETCH(int, points);
+    QFETCH(bool, log);
+    QFETCH(bool, dashed);
+    RunConfig c;
+    c.workers = dashed ? 9 : 2; // workers 8 and on are dashed
+    auto run = std::make_shared<RunData>(c, QStringLiteral("summaries"));
+    ChartsWidget charts;
+    charts.resize(900, 500);
+    charts.show();
+    charts.setLogLoss(log);
+    charts.setRuns(run, {});
+    QVERIFY(QTest::qWaitForWindowExposed(&charts));
+    QCustomPlot *p = charts.lossPlot();
+    const auto restore = qScopeGuard([] { setCurveSummaries(true); });
+    std::uint32_t seed = 11;
+    auto value = [&](int s) {
+        seed = seed * 1664525u + 1013904223u;
+        const double noise = double(seed >> 8) / double(1 << 24);
+        if (seed % 997 == 0)
+            return std::numeric_limits<double>::quiet_NaN(); // a gap
+        if (seed % 1499 == 0)
+            return s % 2 ? std::numeric_limits<double>::infinity() : 0.0;
+        return (s < points / 2 ? 2.0 : 1.0) * (0.2 + noise) * (log ? 1.0 : (s % 3 ? 1.0 : -0.5));
+    };
+    // Grown in pieces, a refresh and a comparison after each: the summaries of the points that
+    // did not change are kept, those of the points given again are not. A thinned series' newest
+    // point gathers two steps: pieces of odd lengths leave it half gathered, to change later.
+    std::vector<int> ends;
+    for (int piece = 1; piece <= 6; ++piece)
+        ends.push_back(std::min(points, 131000) * piece / 6);
+    for (std::uint32_t k = 1; ends.back() < points; k = k * 1103515245u + 12345u)
+        ends.push_back(std::min(points, ends.back() + 3 + 2 * int(k % 15)));
+    const int pieces = int(ends.size());
+    for (int piece = 0, from = 0; piece < pieces; from = ends[std::size_t(piece++)]) {
+        std::vector<Record> r;
+        for (int s = from; s < ends[std::size_t(piece)]; ++s)
+            for (int w = 0; w < c.workers; ++w)
+                r.push_back(Record::counterSample(w, CounterId::Loss, std::uint32_t(s), 1000000LL * s, value(s)));
+        run->append(r);
+        auto draw = [&](bool summaries) {
+            setCurveSummaries(summaries);
+            charts.refresh();
+            p->replot(QCustomPlot::rpImmediateRefresh);
+            return std::make_tuple(p->grab().toImage().convertToFormat(QImage::Format_RGB32), p->xAxis->range(),
+                                   p->yAxis->range());
+        };
+        const auto [with, withKeys, withValues] = draw(true);
+        const auto [without, keys, values] = draw(false);
+        QCOMPARE(withKeys, keys);
+        QCOMPARE(withValues, values);
+        QVERIFY2(with == without, qPrintable(QStringLiteral("piece %1 of %2 drawn differently").arg(piece + 1).arg(pieces)));
+    }
+}
+
+// A graph that keeps summaries of its points is told, by every feed, the first index from which
+// they may differ: none before it may have changed.
+void TestCharts::feedingSaysWhatChanged()
+{
+    struct Watched : QCPGraph, PointsWatcher {
+        using QCPGraph::QCPGraph;
+        std::size_t from = std::size_t(-1);
+        void pointsChangedFrom(std::size_t index) override { from = std::min(from, index); }
+    };
+    QCustomPlot plot;
+    auto *g = new Watched(plot.xAxis, plot.yAxis);
+    std::vector<double> values;
+    QVector<QCPGraphData> before;
+    auto feed = [&](std::size_t unsettled) {
+        before = QVector<QCPGraphData>(g->data()->constBegin(), g->data()->constEnd());
+        g->from = std::size_t(-1);
+        feedGraph(g, values.size(), unsettled, [&](std::size_t i) { return QCPGraphData(double(i), values[i]); });
+        // Every point before `from` is the one held before.
+        std::size_t same = 0;
+        while (same < std::size_t(before.size()) && same < std::size_t(g->dataCount()) &&
+               before[int(same)].key == g->data()->at(int(same))->key && before[int(same)].value == g->data()->at(int(same))->value)
+            ++same;
+        return same;
+    };
+    for (int i = 0; i < 100; ++i)
+        values.push_back(i);
+    QCOMPARE(feed(1), std::size_t(0));
+    QCOMPARE(g->from, std::size_t(0));
+    // The newest point changes and two come: told from the newest.
+    values.back() = -1;
+    values.push_back(7);
+    values.push_back(8);
+    QVERIFY(feed(1) >= g->from);
+    QCOMPARE(g->from, std::size_t(99));
+    // The last five change (a step series' unsettled tail): told from where they start, or before.
+    for (std::size_t i = values.size() - 5; i < values.size(); ++i)
+        values[i] += 0.5;
+    QCOMPARE(feed(16), std::size_t(values.size() - 5));
+    QVERIFY(g->from <= values.size() - 5);
+    // Thinned (the first point changes): told from 0.
+    values.erase(values.begin());
+    feed(16);
+    QCOMPARE(g->from, std::size_t(0));
+    QCOMPARE(g->dataCount(), int(values.size()));
 }
 
 QTEST_MAIN(TestCharts)

@@ -13,6 +13,21 @@
 
 namespace syncopate {
 
+// A graph that keeps summaries of its points (the charts' ColumnGraph) is told from which index
+// on they changed. Whatever changes a chart's points says so: feedGraph here, and the charts'
+// own setPoints and clearPoints.
+class PointsWatcher {
+public:
+    virtual ~PointsWatcher() = default;
+    virtual void pointsChangedFrom(std::size_t index) = 0;
+};
+
+inline void pointsChanged(QCPGraph *graph, std::size_t from)
+{
+    if (auto *watcher = dynamic_cast<PointsWatcher *>(graph))
+        watcher->pointsChangedFrom(from);
+}
+
 // Gives `graph` the n points point(0) .. point(n - 1), sorted by key. The graph's points before
 // its last `unsettled` are kept when its first and the last of them are what point() gives now
 // (thinning and a new run change both); the others are given again, in place or appended.
@@ -43,6 +58,7 @@ void feedGraph(QCPGraph *graph, std::size_t n, std::size_t unsettled, PointFn po
             fresh = all + fresh;
         }
         data.set(fresh, true);
+        pointsChanged(graph, 0);
         return;
     }
     // Points held past `from` are overwritten where they are (their keys stay sorted: the
@@ -52,6 +68,7 @@ void feedGraph(QCPGraph *graph, std::size_t n, std::size_t unsettled, PointFn po
     std::copy(fresh.constBegin(), fresh.constBegin() + int(overwrite), it);
     if (fresh.size() > int(overwrite))
         data.add(fresh.mid(int(overwrite)), true);
+    pointsChanged(graph, from);
 }
 
 // The same for a series already in two vectors (the mean of several workers, the points a

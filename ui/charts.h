@@ -104,6 +104,10 @@ void fitChartToWidth(QCustomPlot *plot);
 // empty text hides it. A legend inset in the axis rect is shown only while it has entries, so an
 // empty chart does not draw an empty legend box.
 void setPlaceholder(QCustomPlot *plot, const QString &text);
+
+// Whether the charts' curves read their points through summaries of blocks of them (the
+// default). Off, every point is read, as QCPGraph does: for tests that compare the two.
+void setCurveSummaries(bool on);
 QString placeholderText(QCustomPlot *plot);
 
 // Points (key, value) cut into `bins` equal spans of their keys: for each span holding any, the
