@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <tuple>
 
 namespace syncopate {
@@ -163,6 +164,29 @@ protected:
 private:
     using Parts = std::tuple<double, double, QCPAxis::LabelSide, bool, bool, QColor, QFont>;
     mutable std::optional<std::pair<Parts, QByteArray>> m_hash;
+};
+
+// A ticker that formats each tick's label once: a live view moves its ticks every frame, and
+// formatting their numbers again was a fortieth of a frame's work. The labels are those of
+// QCPAxisTicker, kept by tick value and what they are formatted with.
+class LabelKeepingTicker final : public QCPAxisTicker {
+protected:
+    QString getTickLabel(double tick, const QLocale &locale, QChar formatChar, int precision) override
+    {
+        const auto format = std::make_tuple(locale, formatChar, precision);
+        if (format != m_format || m_labels.size() > 4096) {
+            m_labels.clear();
+            m_format = format;
+        }
+        const auto it = m_labels.find(tick);
+        if (it != m_labels.end())
+            return it->second;
+        return m_labels.emplace(tick, QCPAxisTicker::getTickLabel(tick, locale, formatChar, precision)).first->second;
+    }
+
+private:
+    std::tuple<QLocale, QChar, int> m_format{QLocale::c(), QChar(), -1};
+    std::map<double, QString> m_labels;
 };
 
 } // namespace
@@ -320,6 +344,7 @@ TimelineView::TimelineView(QWidget *parent) : QCustomPlot(parent)
         return own;
     };
     m_timeAxis = replace(xAxis);
+    m_timeAxis->setTicker(QSharedPointer<QCPAxisTicker>(new LabelKeepingTicker));
     m_rowAxis = replace(yAxis);
     axisRect()->setRangeDragAxes(xAxis, yAxis);
     axisRect()->setRangeZoomAxes(xAxis, yAxis);
