@@ -32,6 +32,7 @@ private Q_SLOTS:
     void legendReflowsWhenNarrowed();
     void cachedDrawingEqualsAFullDraw();
     void cachedTitleAndLegendEqualDrawingInPlace();
+    void liveFramesRepaintOnlyThePlot_data();
     void liveFramesRepaintOnlyThePlot();
     void rendersAtScreenSizes_data();
     void rendersAtScreenSizes();
@@ -570,8 +571,16 @@ void TestTimelineStack::rendersAtScreenSizes()
 // the window as painted), straight onto the widget, and of those mostly what slid into view.
 // What the window then holds must be what a full drawing of the view gives, frame after frame,
 // across a new row label too.
+void TestTimelineStack::liveFramesRepaintOnlyThePlot_data()
+{
+    QTest::addColumn<double>("scale");
+    QTest::newRow("desktop") << 1.0;
+    QTest::newRow("presentation") << 1.6; // larger labels reach further past their ticks
+}
+
 void TestTimelineStack::liveFramesRepaintOnlyThePlot()
 {
+    QFETCH(double, scale);
     const auto done = synthRun(QStringLiteral("source"), {{"workers", 4}, {"data.prefetch", true}}, 40, 60);
     std::vector<Record> all;
     done->trace().forEachRecord([&](const Record &r) { all.push_back(r); });
@@ -581,6 +590,12 @@ void TestTimelineStack::liveFramesRepaintOnlyThePlot()
     TimelineView view;
     view.setRuns({live});
     QVERIFY(showAt(view, QSize(1280, 720)));
+    if (scale != 1.0) {
+        QFont f = view.font();
+        f.setPointSizeF(f.pointSizeF() * scale);
+        view.setFont(f);
+        view.setPresentationScale(scale);
+    }
     struct PaintRegions : QObject {
         QRegion last;
         int partial = 0, full = 0;
