@@ -282,6 +282,31 @@ void TestCharts::incrementalEqualsRefill()
     compareCharts(live, *refilled(other), "after the new run grew");
 }
 
+namespace {
+
+// The charts at 900x500 on screen, showing run's loss (on a log axis or not); false when the
+// window was never exposed.
+bool showLossChart(ChartsWidget &charts, const RunDataPtr &run, bool log)
+{
+    charts.resize(900, 500);
+    charts.show();
+    charts.setLogLoss(log);
+    charts.setRuns(run, {});
+    return QTest::qWaitForWindowExposed(&charts);
+}
+
+// Uniform noise in [0, 1) from a linear congruential generator: the same values on every machine.
+struct Noise {
+    std::uint32_t seed;
+    double next()
+    {
+        seed = seed * 1664525u + 1013904223u;
+        return double(seed >> 8) / double(1 << 24);
+    }
+};
+
+} // namespace
+
 // While a run is live, a dense curve is drawn as a span per pixel column instead of an
 // antialiased polyline: each column must show the curve from the same top to the same bottom
 // (two pixels either way, beside the column at most), and exports draw the polyline as before.
@@ -306,21 +331,16 @@ void TestCharts::liveCurvesCoverTheSameColumns()
     c.workers = dashed ? 9 : 1; // workers 8 and on are dashed
     auto run = std::make_shared<RunData>(c, QStringLiteral("columns"));
     std::vector<Record> r;
-    std::uint32_t seed = 7;
+    Noise noises{7};
     for (int s = 0; s < points; ++s) {
-        seed = seed * 1664525u + 1013904223u;
-        const double noise = double(seed >> 8) / double(1 << 24);
+        const double noise = noises.next();
         // Noisy, then a smooth stretch: a band and a line.
         const double v = s < points / 2 ? 2.0 * (0.6 + 0.8 * noise) : 1.5 - 0.4 * std::sin(s * 6.0 / points);
         r.push_back(Record::counterSample(c.workers - 1, CounterId::Loss, std::uint32_t(s), 1000000LL * s, v));
     }
     run->append(r);
     ChartsWidget charts;
-    charts.resize(900, 500);
-    charts.show();
-    charts.setLogLoss(log);
-    charts.setRuns(run, {});
-    QVERIFY(QTest::qWaitForWindowExposed(&charts));
+    QVERIFY(showLossChart(charts, run, log));
     QCustomPlot *p = charts.lossPlot();
     for (int w = 0; w + 1 < c.workers; ++w)
         p->graph(w)->setVisible(false);
@@ -498,18 +518,13 @@ void TestCharts::curveSummariesChangeNothing()
     c.workers = dashed ? 9 : 2; // workers 8 and on are dashed
     auto run = std::make_shared<RunData>(c, QStringLiteral("summaries"));
     ChartsWidget charts;
-    charts.resize(900, 500);
-    charts.show();
-    charts.setLogLoss(log);
-    charts.setRuns(run, {});
-    QVERIFY(QTest::qWaitForWindowExposed(&charts));
+    QVERIFY(showLossChart(charts, run, log));
     QCustomPlot *p = charts.lossPlot();
     const auto restore = qScopeGuard([] { setCurveSummaries(true); });
-    std::uint32_t seed = 11;
+    Noise noises{11};
     auto value = [&](int s) {
-        seed = seed * 1664525u + 1013904223u;
-        const double noise = double(seed >> 8) / double(1 << 24);
-        if (seed % 997 == 0)
+        const double noise = noises.next();
+        if (noises.seed % 997 == 0)
             return 0.0;
         return (s < points / 2 ? 2.0 : 1.0) * (0.2 + noise) * (log ? 1.0 : (s % 3 ? 1.0 : -0.5));
     };

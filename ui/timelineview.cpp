@@ -688,7 +688,7 @@ void TimelineView::refresh()
     if (!opaqueBuffer()) {
         replot(QCustomPlot::rpQueuedReplot);
     } else if (m_paintedChrome && *m_paintedChrome == chrome()) {
-        const QRect plot = plotRect()->rect(), outer = plotRect()->outerRect();
+        const QRect plot = plotRect()->rect();
         const auto next = m_plottable->nextDraw(devicePixelRatioF());
         // Not while a scrolled frame waits to be painted: the plan is against the last draw.
         if (next && m_plannedFromPx < 0 && devicePixelRatioF() == 1.0 && drawn && m_plottable->coversArea()) {
@@ -713,7 +713,7 @@ void TimelineView::refresh()
             update(live);
         } else {
             // The time axis: its tick labels slide, and reach past the plot's ends.
-            QRegion live(QRect(0, plot.bottom(), width(), outer.bottom() - plot.bottom() + 1));
+            QRegion live(QRect(0, plot.bottom(), width(), plotRect()->outerRect().bottom() - plot.bottom() + 1));
             live += plot.adjusted(-1, -1, 1, 1); // and the axes' lines on its edges
             if (m_plannedFromPx >= 0)
                 m_plannedFromPx = 0; // the whole plot is painted
